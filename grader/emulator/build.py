@@ -1,0 +1,315 @@
+"""Compile CUDA C for the emulator: the host C++ compiler builds a shared
+library; where nvcc is on PATH it also compiles the source for a real GPU,
+catching CUDA-only mistakes and reporting real register and shared-memory use.
+Both results are cached by a hash of everything that goes into them."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RUNTIME_DIR = Path(__file__).parent / "runtime"
+STUB_INCLUDE_DIR = RUNTIME_DIR / "include"
+RUNTIME_SOURCES = ("runtime.cpp", "fiber.cpp")
+RUNTIME_HEADERS = ("emu_abi.h", "cuda_emu.h", "fiber.h", "runtime.h")
+SOURCE_NAME = "kernel.cu"
+NVCC_ARCH = "sm_90"
+
+
+class BuildError(Exception):
+    """The kernel source does not compile; `log` holds the compiler's message."""
+
+    def __init__(self, message: str, log: str, command: list[str] | None = None):
+        super().__init__(message)
+        self.log = log
+        self.command = command
+
+
+@dataclass
+class KernelResources:
+    """What ptxas reports for one kernel (from nvcc, when it is available)."""
+    registers: int = 0
+    shared_bytes: int = 0
+    local_bytes: int = 0
+    const_bytes: int = 0
+    spill_bytes: int = 0
+
+
+@dataclass
+class BuiltModule:
+    library: Path
+    nvcc_log: str = ""
+    resources: dict[str, KernelResources] = field(default_factory=dict)
+    nvcc_checked: bool = False
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("GRADER_EMULATOR_CACHE")
+    if not base:
+        base = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "grader-emulator")
+    path = Path(base)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cxx() -> str:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or "c++"
+
+
+def nvcc() -> str | None:
+    if os.environ.get("GRADER_EMULATOR_NVCC", "1") == "0":
+        return None
+    return shutil.which("nvcc")
+
+
+def _digest(*parts) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(repr(part).encode() if not isinstance(part, bytes) else part)
+        h.update(b"\0")
+    return h.hexdigest()[:24]
+
+
+def _compiler_id(cmd: str) -> str:
+    try:
+        return subprocess.run([cmd, "--version"], capture_output=True, text=True, timeout=60).stdout.split("\n")[0]
+    except OSError:
+        return cmd
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _run(cmd: list[str], cwd: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 1, "", f"{cmd[0]} did not finish within {timeout:.0f} s\n")
+
+
+def runtime_library() -> Path:
+    """The runtime shared library, built once per machine and source version."""
+    sources = b"".join((RUNTIME_DIR / f).read_bytes() for f in RUNTIME_SOURCES + RUNTIME_HEADERS)
+    key = _digest(sources, _compiler_id(cxx()))
+    lib = cache_dir() / f"libcudaemu-{key}.so"
+    if lib.exists():
+        return lib
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "libcudaemu.so"
+        cmd = [cxx(), "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-U_FORTIFY_SOURCE", "-g",
+               *[str(RUNTIME_DIR / f) for f in RUNTIME_SOURCES], "-o", str(out)]
+        proc = _run(cmd, tmp)
+        if proc.returncode != 0:
+            raise BuildError("the emulator runtime does not compile", proc.stderr, cmd)
+        _atomic_write(lib, out.read_bytes())
+    return lib
+
+
+# ---- from user source to a translation unit ---------------------------------
+
+_EXTERN_SHARED = re.compile(r"extern\s+__shared__\s+(?P<decl>[^;\[\]]*?)\s*(?P<name>\w+)\s*\[\s*\]\s*;")
+_ALIGN = re.compile(r"__align__\s*\(\s*\w+\s*\)|alignas\s*\(\s*\w+\s*\)|__attribute__\s*\(\(.*?\)\)")
+
+
+def _rewrite_dynamic_shared(source: str) -> str:
+    """`extern __shared__ T name[];` becomes a pointer to the launch's dynamic
+    shared memory (same line, so line numbers stay the student's)."""
+    def repl(m: re.Match) -> str:
+        decl = _ALIGN.sub("", m.group("decl")).strip()
+        return f"__EMU_DYNAMIC_SHARED({decl}, {m.group('name')});"
+    return _EXTERN_SHARED.sub(repl, source)
+
+
+def _user_unit(source: str, no_extern_c: bool, scan: bool) -> str:
+    body = _rewrite_dynamic_shared(source)
+    head = '#include "cuda_emu.h"\n'
+    if scan:
+        head += "__EMU_USER_BEGIN__\n"
+    if not no_extern_c:
+        head += 'extern "C" {\n'
+    tail = "\n}\n" if not no_extern_c else "\n"
+    return f'{head}#line 1 "{SOURCE_NAME}"\n{body}{tail}'
+
+
+_DEFINE_OPTS = re.compile(r"^-(D|U|I)(.*)$")
+
+
+def host_flags(options: list[str], include_dirs: list[str]) -> list[str]:
+    """The options that mean the same to the host compiler: -D, -U, -I."""
+    flags: list[str] = []
+    it = iter(options)
+    for opt in it:
+        m = _DEFINE_OPTS.match(opt)
+        if m:
+            value = m.group(2) or next(it, "")
+            flags.append(f"-{m.group(1)}{value}")
+    flags += [f"-I{d}" for d in include_dirs]
+    return flags
+
+
+@dataclass
+class Declarations:
+    kernels: list[str]      # C++ expressions naming kernels: "sgemm", "tiled<32>"
+    variables: list[str]    # __constant__ and __device__ variables
+
+
+def _statement_start(text: str, pos: int) -> int:
+    return max(text.rfind(";", 0, pos), text.rfind("}", 0, pos), text.rfind("{", 0, pos)) + 1
+
+
+def scan_declarations(preprocessed: str) -> Declarations:
+    """Find kernels and device variables in the preprocessed user code."""
+    text = preprocessed.split("__EMU_USER_BEGIN__", 1)[-1]
+    text = re.sub(r'"(\\.|[^"\\])*"', '""', text)
+    text = re.sub(r"^#.*$", "", text, flags=re.M)
+    kernels: list[str] = []
+    for m in re.finditer(r"__EMU_GLOBAL__", text):
+        before = text[_statement_start(text, m.start()):m.start()]
+        rest = text[m.end():]
+        if re.search(r"\btemplate\s*$", before):         # explicit instantiation
+            inst = re.match(r"[^;(]*?\b(\w+\s*<[^;()]*>)\s*\(", rest)
+            if inst:
+                kernels.append(re.sub(r"\s+", "", inst.group(1)))
+            continue
+        if re.search(r"\btemplate\s*<", before):          # a template: only instances are kernels
+            continue
+        decl = re.match(r"[^;(){}]*?\b(\w+)\s*\(", rest)
+        if decl and decl.group(1) not in kernels:
+            kernels.append(decl.group(1))
+    variables: list[str] = []
+    for m in re.finditer(r"__EMU_(VARIABLE|DEVICE)__", text):
+        before = text[_statement_start(text, m.start()):m.start()]
+        if re.search(r"\bextern\b", before):
+            continue
+        rest = text[m.end():]
+        stop = re.search(r"[;=({]", rest)
+        if not stop or stop.group(0) in "({":
+            continue
+        head = re.sub(r"\[[^\]]*\]", "", rest[:stop.start()]).replace("__EMU_VARIABLE__", "").replace("__EMU_DEVICE__", "")
+        names = re.findall(r"\b(\w+)\s*$", head)
+        if names and names[0] not in variables:
+            variables.append(names[0])
+    return Declarations(kernels, variables)
+
+
+def registration_code(decl: Declarations) -> str:
+    kernels = ",\n    ".join(f'emu::kernel_entry("{k}", &{k})' for k in decl.kernels)
+    variables = ",\n    ".join(f'emu::GlobalEntry{{"{v}", (void*)&{v}, sizeof({v})}}' for v in decl.variables)
+    return f"""
+#line 1 "<emulator: kernel registration>"
+extern char __start_emu_shared[] __attribute__((weak));
+extern char __stop_emu_shared[] __attribute__((weak));
+{"static const emu::KernelEntry emu_kernels[] = {" + kernels + "};" if decl.kernels else ""}
+{"static const emu::GlobalEntry emu_globals[] = {" + variables + "};" if decl.variables else ""}
+extern "C" const emu::ModuleInfo* __emu_module_info(void) {{
+    static const emu::ModuleInfo info = {{emu::kAbiVersion,
+        {len(decl.kernels)}, {"emu_kernels" if decl.kernels else "nullptr"},
+        {len(decl.variables)}, {"emu_globals" if decl.variables else "nullptr"},
+        __start_emu_shared, __stop_emu_shared}};
+    return &info;
+}}
+"""
+
+
+def _clean_log(log: str, workdir: str) -> str:
+    return log.replace(workdir + os.sep, "").replace(str(RUNTIME_DIR) + os.sep, "<emulator>/")
+
+
+# ---- nvcc --------------------------------------------------------------------
+
+def parse_ptxas(log: str) -> dict[str, KernelResources]:
+    result: dict[str, KernelResources] = {}
+    current = None
+    for line in log.splitlines():
+        m = re.search(r"(?:Compiling entry function|Function properties for) '?([\w$]+)'?", line)
+        if m:
+            current = result.setdefault(m.group(1), KernelResources())
+            continue
+        if current is None:
+            continue
+        if m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores", line):
+            current.local_bytes, current.spill_bytes = int(m.group(1)), int(m.group(2))
+        if m := re.search(r"Used (\d+) registers", line):
+            current.registers = int(m.group(1))
+            if s := re.search(r"(\d+) bytes smem", line):
+                current.shared_bytes = int(s.group(1))
+            if c := re.search(r"(\d+) bytes cmem\[0\]", line):
+                current.const_bytes = int(c.group(1))
+    return result
+
+
+def _nvcc_command(tool: str, options: list[str], include_dirs: list[str]) -> list[str]:
+    passthrough = [o for o in options if not re.match(r"^(-arch|--gpu-architecture|-code|--cubin|-o$)", o)]
+    return [tool, "--cubin", f"-arch={NVCC_ARCH}", "-Xptxas", "-v", *passthrough,
+            *[f"-I{d}" for d in include_dirs], "-o", "kernel.cubin", SOURCE_NAME]
+
+
+# ---- the build ---------------------------------------------------------------
+
+def build_module(source: str, options: list[str] | None = None, include_dirs: list[str] | None = None,
+                 no_extern_c: bool = False, extra_flags: tuple[str, ...] = ("-O2",)) -> BuiltModule:
+    """Compile `source` into an emulator module (cached)."""
+    options = [str(o) for o in (options or [])]
+    include_dirs = [str(Path(d).resolve()) for d in (include_dirs or [])]
+    tool = nvcc()
+    key = _digest(source, options, include_dirs, no_extern_c, extra_flags, runtime_library().name,
+                  _compiler_id(cxx()), tool and _compiler_id(tool))
+    lib = cache_dir() / f"kernel-{key}.so"
+    meta = cache_dir() / f"kernel-{key}.json"
+    if lib.exists() and meta.exists():
+        return _load_meta(lib, meta)
+
+    with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp:
+        flags = ["-std=c++17", "-fPIC", "-fno-strict-aliasing", "-U_FORTIFY_SOURCE", *extra_flags,
+                 f"-I{RUNTIME_DIR}", f"-I{STUB_INCLUDE_DIR}", *host_flags(options, include_dirs)]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            nvcc_job = None
+            if tool:
+                Path(tmp, SOURCE_NAME).write_text(
+                    (source if no_extern_c else f'extern "C" {{\n#line 1 "{SOURCE_NAME}"\n{source}\n}}\n'))
+                nvcc_job = pool.submit(_run, _nvcc_command(tool, options, include_dirs), tmp)
+            scan_src = Path(tmp, "scan.cpp")
+            scan_src.write_text(_user_unit(source, no_extern_c, scan=True))
+            scan = _run([cxx(), "-E", "-DEMU_SCAN", *flags, "scan.cpp"], tmp)
+            host = None
+            if scan.returncode == 0:
+                decl = scan_declarations(scan.stdout)
+                Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c, scan=False) + registration_code(decl))
+                cmd = [cxx(), "-shared", *flags, "unit.cpp", "-o", "kernel.so"]
+                host = _run(cmd, tmp)
+            nvcc_proc = nvcc_job.result() if nvcc_job else None
+
+        host_ok = host is not None and host.returncode == 0
+        host_log = _clean_log((host or scan).stderr, tmp)
+        nvcc_log = _clean_log(nvcc_proc.stdout + nvcc_proc.stderr, tmp) if nvcc_proc else ""
+        if nvcc_proc and nvcc_proc.returncode != 0:
+            raise BuildError("nvcc could not compile the kernel", nvcc_log, nvcc_proc.args)
+        if not host_ok:
+            why = ("the emulator cannot compile this kernel (nvcc accepts it)" if nvcc_proc
+                   else "the kernel does not compile")
+            raise BuildError(why, host_log, (host or scan).args)
+        _atomic_write(lib, Path(tmp, "kernel.so").read_bytes())
+        resources = parse_ptxas(nvcc_log) if nvcc_proc else {}
+        _atomic_write(meta, json.dumps({
+            "nvcc_log": nvcc_log, "nvcc_checked": nvcc_proc is not None,
+            "resources": {k: vars(v) for k, v in resources.items()},
+        }).encode())
+    return _load_meta(lib, meta)
+
+
+def _load_meta(lib: Path, meta: Path) -> BuiltModule:
+    data = json.loads(meta.read_text())
+    return BuiltModule(lib, data["nvcc_log"],
+                       {k: KernelResources(**v) for k, v in data["resources"].items()},
+                       data["nvcc_checked"])

@@ -1,0 +1,27 @@
+"""Emulated `pycuda.compiler`: SourceModule compiles CUDA C for the CPU."""
+from __future__ import annotations
+
+import re
+
+from ..build import BuildError, build_module
+from ..runtime import LoadedModule
+from .driver import CompileError, Module
+
+DEFAULT_NVCC_FLAGS: list[str] = []
+_RESOURCE_REPORT = re.compile(r"^\s*(ptxas info|\d+ bytes stack frame)")
+
+
+class SourceModule(Module):
+    """Same signature as PyCUDA's; `nvcc`, `keep`, `arch`, `code` and
+    `cache_dir` are accepted and have no effect on the CPU."""
+
+    def __init__(self, source, nvcc="nvcc", options=None, keep=False, no_extern_c=False, arch=None, code=None,
+                 cache_dir=None, include_dirs=None):
+        try:
+            built = build_module(source, options=options, include_dirs=include_dirs, no_extern_c=no_extern_c)
+        except BuildError as e:
+            raise CompileError(f"{e}:\n{e.log}", e.command, stderr=e.log) from None
+        super().__init__(LoadedModule(built))
+        # What nvcc said beyond its resource report (PyCUDA would print it as a warning).
+        self.compile_log = "\n".join(line for line in built.nvcc_log.splitlines()
+                                     if line.strip() and not _RESOURCE_REPORT.match(line))

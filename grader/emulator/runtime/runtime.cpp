@@ -1,0 +1,473 @@
+// The emulator's runtime: runs a kernel launch block after block, the threads
+// of a block as fibers on the calling OS thread, with __syncthreads() and the
+// warp primitives as scheduling points. A fault, a trap or a launch that
+// outlives its time limit ends the launch with a message, never the process.
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csetjmp>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "emu_abi.h"
+#include "fiber.h"
+#include "runtime.h"
+
+extern "C" {
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+unsigned char* __emu_dynamic_shared;
+}
+
+namespace emu {
+
+enum FiberState { kReady, kAtBarrier, kAtWarp, kDone };
+
+struct Fiber {
+    void* sp;
+    uint3 tid;
+    unsigned linear;
+    int state;
+    int line;          // where it waits
+    int parity;        // which slot page its last warp exchange used
+    int predicate;     // for __syncthreads_count/and/or
+    unsigned took_part;  // lanes of its last warp exchange
+};
+
+struct Warp {
+    unsigned alive, arrived, wanted;
+    int parity;
+    alignas(16) unsigned char slots[2][32][16];
+};
+
+struct LaunchState {
+    Thunk thunk;
+    void* fn;
+    const unsigned char* params;
+    const ModuleInfo* mod;
+    const char* kernel;
+    std::vector<Fiber> fibers;
+    std::vector<Warp> warps;
+    std::vector<unsigned> order;
+    std::vector<unsigned char> dynamic_shared;
+    int nthreads, ndone, nbarrier;
+    int barrier_result, barrier_all, barrier_any;
+    unsigned long long seed;
+};
+
+static LaunchState L;
+static Fiber* cur;
+static void* scheduler_sp;
+static std::string error_text, output_text;
+static const size_t kOutputLimit = 1 << 20;  // like the GPU's printf FIFO
+
+// ---- stacks ---------------------------------------------------------------
+static char* stacks;
+static size_t stack_size, stack_stride, stack_count;
+static size_t page_size() { return (size_t)sysconf(_SC_PAGESIZE); }
+
+static bool ensure_stacks(size_t n) {
+    if (n <= stack_count) return true;
+    if (stacks) munmap(stacks, stack_stride * stack_count);
+    const char* env = getenv("GRADER_EMULATOR_STACK_KB");
+    stack_size = (env ? strtoul(env, nullptr, 10) : 256) * 1024;
+    stack_stride = stack_size + page_size();  // one guard page below each stack
+    void* p = mmap(nullptr, stack_stride * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) { stacks = nullptr; stack_count = 0; return false; }
+    stacks = static_cast<char*>(p);
+    stack_count = n;
+    for (size_t i = 0; i < n; i++) mprotect(stacks + i * stack_stride, page_size(), PROT_NONE);
+    return true;
+}
+static bool in_guard_page(const void* addr) {
+    auto a = static_cast<const char*>(addr);
+    if (!stacks || a < stacks || a >= stacks + stack_stride * stack_count) return false;
+    return size_t(a - stacks) % stack_stride < page_size();
+}
+
+// ---- errors ----------------------------------------------------------------
+static sigjmp_buf launch_jmp;
+static volatile sig_atomic_t in_launch, timed_out, fault_signal;
+static void* volatile fault_address;
+
+static std::string where() {
+    char buf[160];
+    snprintf(buf, sizeof buf, "block (%u,%u,%u), thread (%u,%u,%u)", blockIdx.x, blockIdx.y, blockIdx.z,
+             cur ? cur->tid.x : 0, cur ? cur->tid.y : 0, cur ? cur->tid.z : 0);
+    return buf;
+}
+
+[[noreturn]] static void fail(int code, const std::string& msg) {
+    error_text = msg;
+    siglongjmp(launch_jmp, code);
+}
+
+static void on_fault(int sig, siginfo_t* info, void*) {
+    if (!in_launch) { signal(sig, SIG_DFL); raise(sig); return; }
+    fault_signal = sig;
+    fault_address = info->si_addr;
+    siglongjmp(launch_jmp, kFault);
+}
+
+static void on_timeout_signal(int, siginfo_t*, void*) {
+    if (in_launch && timed_out) siglongjmp(launch_jmp, kTimeout);
+}
+
+#if defined(SIGRTMIN)
+static int timeout_signal() { return SIGRTMIN + 7; }
+#else
+static int timeout_signal() { return SIGUSR2; }
+#endif
+
+// One watchdog thread for the process: it interrupts a launch past its deadline.
+struct Watchdog {
+    std::mutex m;
+    std::condition_variable cv;
+    bool armed = false;
+    std::chrono::steady_clock::time_point deadline;
+    pthread_t target;
+
+    Watchdog() { std::thread([this] { loop(); }).detach(); }
+    void arm(double seconds) {
+        std::lock_guard<std::mutex> g(m);
+        armed = true;
+        target = pthread_self();
+        deadline = std::chrono::steady_clock::now() + std::chrono::microseconds((long long)(seconds * 1e6));
+        cv.notify_all();
+    }
+    void disarm() {
+        std::lock_guard<std::mutex> g(m);
+        armed = false;
+        cv.notify_all();
+    }
+    void loop() {
+        std::unique_lock<std::mutex> g(m);
+        for (;;) {
+            if (!armed) { cv.wait(g); continue; }
+            if (cv.wait_until(g, deadline) == std::cv_status::timeout && armed &&
+                std::chrono::steady_clock::now() >= deadline) {
+                timed_out = 1;
+                armed = false;
+                pthread_kill(target, timeout_signal());
+            }
+        }
+    }
+};
+
+struct SignalGuard {
+    static constexpr int kSignals[4] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+    struct sigaction old[4];
+    stack_t old_stack;
+    SignalGuard() {
+        static thread_local std::vector<char> alt(1 << 16);
+        stack_t ss{};
+        ss.ss_sp = alt.data();
+        ss.ss_size = alt.size();
+        sigaltstack(&ss, &old_stack);
+        struct sigaction sa{};
+        sa.sa_sigaction = on_fault;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        for (int i = 0; i < 4; i++) sigaction(kSignals[i], &sa, &old[i]);
+        static bool timeout_handler_installed = false;
+        if (!timeout_handler_installed) {
+            struct sigaction ta{};
+            ta.sa_sigaction = on_timeout_signal;
+            ta.sa_flags = SA_SIGINFO | SA_ONSTACK;
+            sigemptyset(&ta.sa_mask);
+            sigaction(timeout_signal(), &ta, nullptr);
+            timeout_handler_installed = true;
+        }
+    }
+    ~SignalGuard() {
+        for (int i = 0; i < 4; i++) sigaction(kSignals[i], &old[i], nullptr);
+        sigaltstack(&old_stack, nullptr);
+    }
+};
+constexpr int SignalGuard::kSignals[4];
+
+// ---- scheduling -------------------------------------------------------------
+static void yield_to_scheduler() { emu_fiber_switch(&cur->sp, scheduler_sp); }
+
+static void release_warp_if_complete(Warp& w) {
+    unsigned needed = w.wanted & w.alive;
+    if (!w.arrived || (w.arrived & needed) != needed) return;
+    unsigned base = unsigned(&w - L.warps.data()) * 32;
+    for (unsigned lane = 0; lane < 32; lane++) {
+        if (!((w.arrived >> lane) & 1)) continue;
+        Fiber& f = L.fibers[base + lane];
+        f.took_part = w.arrived;
+        f.state = kReady;
+    }
+    w.arrived = w.wanted = 0;
+    w.parity ^= 1;
+}
+
+static void fiber_main() {
+    L.thunk(L.fn, L.params);
+    Fiber* f = cur;
+    f->state = kDone;
+    L.ndone++;
+    Warp& w = L.warps[f->linear / 32];
+    w.alive &= ~(1u << (f->linear % 32));
+    release_warp_if_complete(w);
+    emu_fiber_switch(&f->sp, scheduler_sp);
+    __builtin_unreachable();
+}
+
+static std::string describe_waits() {
+    std::map<int, int> at_barrier, at_warp;
+    for (auto& f : L.fibers) {
+        if (f.state == kAtBarrier) at_barrier[f.line]++;
+        if (f.state == kAtWarp) at_warp[f.line]++;
+    }
+    std::string s;
+    char buf[160];
+    for (auto& kv : at_barrier) { snprintf(buf, sizeof buf, "; %d thread(s) wait at __syncthreads() on line %d", kv.second, kv.first); s += buf; }
+    for (auto& kv : at_warp) { snprintf(buf, sizeof buf, "; %d thread(s) wait at a warp-synchronous call on line %d", kv.second, kv.first); s += buf; }
+    if (L.ndone) { snprintf(buf, sizeof buf, "; %d thread(s) have exited", L.ndone); s += buf; }
+    return s;
+}
+
+// Every live thread is blocked: release the barrier, or explain why not.
+static void resolve_barrier() {
+    int alive = L.nthreads - L.ndone;
+    char head[200];
+    snprintf(head, sizeof head, "kernel '%s', block (%u,%u,%u): ", L.kernel, blockIdx.x, blockIdx.y, blockIdx.z);
+    if (L.nbarrier != alive) {
+        fail(kLaunchFailure, std::string(head) + "deadlock: no thread can go on" + describe_waits());
+    }
+    int line = -1;
+    for (auto& f : L.fibers) {
+        if (f.state != kAtBarrier) continue;
+        if (line >= 0 && f.line != line)
+            fail(kLaunchFailure, std::string(head) + "divergent barrier: threads wait at different __syncthreads()" + describe_waits());
+        line = f.line;
+    }
+    if (L.ndone)
+        fail(kLaunchFailure, std::string(head) + "divergent barrier: __syncthreads() on line " + std::to_string(line) +
+                                 " is not reached by every thread of the block" + describe_waits() +
+                                 " (a barrier inside a branch or after an early return)");
+    int count = 0, all = 1, any = 0;
+    for (auto& f : L.fibers) { count += f.predicate != 0; all &= f.predicate != 0; any |= f.predicate != 0; }
+    L.barrier_result = count;
+    L.barrier_all = all;
+    L.barrier_any = any;
+    for (auto& f : L.fibers) f.state = kReady;
+    L.nbarrier = 0;
+}
+
+static unsigned long long next_random(unsigned long long& s) {
+    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    return s;
+}
+
+static void run_block(uint3 bid) {
+    blockIdx = bid;
+    const int n = L.nthreads;
+    if (L.mod->shared_end > L.mod->shared_begin)
+        memset(L.mod->shared_begin, 0xff, size_t(L.mod->shared_end - L.mod->shared_begin));
+    if (!L.dynamic_shared.empty()) memset(L.dynamic_shared.data(), 0xff, L.dynamic_shared.size());
+    for (int i = 0; i < n; i++) {
+        Fiber& f = L.fibers[i];
+        f.sp = fiber_init(stacks + i * stack_stride + page_size(), stack_size, fiber_main);
+        f.state = kReady;
+        f.predicate = 0;
+    }
+    for (size_t w = 0; w < L.warps.size(); w++) {
+        int lanes = std::min(32, n - int(w) * 32);
+        L.warps[w].alive = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);
+        L.warps[w].arrived = L.warps[w].wanted = 0;
+        L.warps[w].parity = 0;
+    }
+    if (L.seed)  // a permuted thread order exposes code that depends on the order
+        for (int i = n - 1; i > 0; i--) std::swap(L.order[i], L.order[next_random(L.seed) % (i + 1)]);
+    L.ndone = L.nbarrier = 0;
+    for (;;) {
+        bool ran = false;
+        for (int i = 0; i < n; i++) {
+            Fiber& f = L.fibers[L.order[i]];
+            if (f.state != kReady) continue;
+            cur = &f;
+            threadIdx = f.tid;
+            ran = true;
+            emu_fiber_switch(&scheduler_sp, f.sp);
+        }
+        if (timed_out) siglongjmp(launch_jmp, kTimeout);
+        if (ran) continue;
+        if (L.ndone == n) break;
+        resolve_barrier();
+    }
+    cur = nullptr;
+}
+
+}  // namespace emu
+
+using namespace emu;
+
+// ---- device-side services ---------------------------------------------------
+extern "C" void __emu_syncthreads(int line) {
+    cur->state = kAtBarrier;
+    cur->line = line;
+    cur->predicate = 0;
+    L.nbarrier++;
+    yield_to_scheduler();
+}
+
+extern "C" int __emu_syncthreads_reduce(int line, int predicate, int op) {
+    cur->state = kAtBarrier;
+    cur->line = line;
+    cur->predicate = predicate;
+    L.nbarrier++;
+    yield_to_scheduler();
+    return op == 0 ? L.barrier_result : op == 1 ? L.barrier_all : L.barrier_any;
+}
+
+extern "C" const unsigned char* __emu_warp_exchange(int line, unsigned mask, const void* value, size_t size,
+                                                    unsigned* arrived) {
+    Fiber* f = cur;
+    unsigned lane = f->linear % 32;
+    Warp& w = L.warps[f->linear / 32];
+    if (!((mask >> lane) & 1))
+        fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": warp-synchronous call on line " +
+                                 std::to_string(line) + " with a mask that leaves out the calling lane " + std::to_string(lane));
+    f->parity = w.parity;
+    memcpy(w.slots[w.parity][lane], value, size);
+    f->state = kAtWarp;
+    f->line = line;
+    w.arrived |= 1u << lane;
+    w.wanted |= mask;
+    release_warp_if_complete(w);
+    if (f->state != kReady) yield_to_scheduler();
+    *arrived = f->took_part;
+    return &w.slots[f->parity][0][0];
+}
+
+extern "C" void __emu_syncwarp(int line, unsigned mask) {
+    unsigned arrived;
+    char nothing = 0;
+    __emu_warp_exchange(line, mask, &nothing, 1, &arrived);
+}
+
+extern "C" unsigned __emu_lane_id(void) { return cur->linear % 32; }
+extern "C" unsigned __emu_activemask(void) { return L.warps[cur->linear / 32].alive; }
+
+extern "C" int __emu_printf(const char* fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (output_text.size() < kOutputLimit) output_text.append(buf, std::min<size_t>(n < 0 ? 0 : n, sizeof buf - 1));
+    return n;
+}
+
+extern "C" void __emu_trap(const char* why, const char* file, int line) {
+    fail(kTrap, "kernel '" + std::string(L.kernel) + "', " + where() + ": " + why + " (" + file + ":" + std::to_string(line) + ")");
+}
+
+extern "C" long long __emu_clock(void) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// ---- atomics: a fiber is never interrupted inside one -----------------------
+#define EMU_ATOMIC(T)                                                     \
+    T atomicAdd(T* p, T v) { T o = *p; *p = o + v; return o; }            \
+    T atomicExch(T* p, T v) { T o = *p; *p = v; return o; }
+EMU_ATOMIC(int) EMU_ATOMIC(unsigned int) EMU_ATOMIC(unsigned long long) EMU_ATOMIC(float) EMU_ATOMIC(double)
+#define EMU_ATOMIC_INT(T)                                                 \
+    T atomicSub(T* p, T v) { T o = *p; *p = o - v; return o; }            \
+    T atomicMin(T* p, T v) { T o = *p; *p = v < o ? v : o; return o; }    \
+    T atomicMax(T* p, T v) { T o = *p; *p = v > o ? v : o; return o; }    \
+    T atomicAnd(T* p, T v) { T o = *p; *p = o & v; return o; }            \
+    T atomicOr(T* p, T v) { T o = *p; *p = o | v; return o; }             \
+    T atomicXor(T* p, T v) { T o = *p; *p = o ^ v; return o; }            \
+    T atomicCAS(T* p, T c, T v) { T o = *p; if (o == c) *p = v; return o; }
+EMU_ATOMIC_INT(int) EMU_ATOMIC_INT(unsigned int) EMU_ATOMIC_INT(unsigned long long) EMU_ATOMIC_INT(long long)
+unsigned int atomicInc(unsigned int* p, unsigned int v) { unsigned o = *p; *p = o >= v ? 0 : o + 1; return o; }
+unsigned int atomicDec(unsigned int* p, unsigned int v) { unsigned o = *p; *p = (o == 0 || o > v) ? v : o - 1; return o; }
+unsigned short atomicCAS(unsigned short* p, unsigned short c, unsigned short v) {
+    unsigned short o = *p; if (o == c) *p = v; return o;
+}
+
+// ---- host API (called through ctypes) ---------------------------------------
+extern "C" const char* emu_last_error(void) { return error_text.c_str(); }
+
+extern "C" size_t emu_take_output(char* buf, size_t cap) {
+    size_t n = std::min(cap, output_text.size());
+    memcpy(buf, output_text.data(), n);
+    output_text.erase(0, n);
+    return n;
+}
+extern "C" size_t emu_pending_output(void) { return output_text.size(); }
+
+extern "C" int emu_launch(const ModuleInfo* mod, int kernel, const unsigned char* params, const unsigned* grid,
+                          const unsigned* block, size_t dynamic_shared, double timeout_s, unsigned long long seed) {
+    static Watchdog& watchdog = *new Watchdog;  // never destroyed: its thread outlives exit handlers
+    const KernelEntry& k = mod->kernels[kernel];
+    int n = int(block[0] * block[1] * block[2]);
+    if (!ensure_stacks(size_t(n))) { error_text = "cannot allocate fiber stacks"; return kInvalid; }
+    L.thunk = k.thunk;
+    L.fn = k.fn;
+    L.params = params;
+    L.mod = mod;
+    L.kernel = k.name;
+    L.nthreads = n;
+    L.seed = seed;
+    L.fibers.assign(size_t(n), Fiber{});
+    L.warps.assign(size_t((n + 31) / 32), Warp{});
+    L.order.resize(size_t(n));
+    for (int i = 0; i < n; i++) {
+        Fiber& f = L.fibers[i];
+        f.linear = unsigned(i);
+        f.tid = uint3{unsigned(i) % block[0], (unsigned(i) / block[0]) % block[1], unsigned(i) / (block[0] * block[1])};
+        L.order[i] = unsigned(i);
+    }
+    L.dynamic_shared.assign(dynamic_shared, 0);
+    __emu_dynamic_shared = L.dynamic_shared.empty() ? nullptr : L.dynamic_shared.data();
+    blockDim = dim3(block[0], block[1], block[2]);
+    gridDim = dim3(grid[0], grid[1], grid[2]);
+    error_text.clear();
+
+    SignalGuard signals;
+    timed_out = 0;
+    fault_signal = 0;
+    cur = nullptr;
+    int code = sigsetjmp(launch_jmp, 1);
+    if (code == 0) {
+        in_launch = 1;
+        if (timeout_s > 0) watchdog.arm(timeout_s);
+        for (unsigned z = 0; z < grid[2]; z++)
+            for (unsigned y = 0; y < grid[1]; y++)
+                for (unsigned x = 0; x < grid[0]; x++) run_block(uint3{x, y, z});
+    }
+    in_launch = 0;
+    watchdog.disarm();
+    char buf[256];
+    if (code == kTimeout) {
+        snprintf(buf, sizeof buf, "kernel '%s' ran longer than the time limit of %.3g s (%s): an endless loop?", k.name,
+                 timeout_s, cur ? where().c_str() : "between threads");
+        error_text = buf;
+    } else if (code == kFault) {
+        const char* what = fault_signal == SIGFPE ? "arithmetic fault (integer division by zero?)"
+                         : fault_signal == SIGILL ? "illegal instruction"
+                         : in_guard_page(fault_address) ? "stack overflow (local arrays too large, or deep recursion)"
+                                                        : "illegal memory access";
+        snprintf(buf, sizeof buf, "kernel '%s', %s: %s at address %p", k.name, cur ? where().c_str() : "?", what,
+                 fault_address);
+        error_text = buf;
+    }
+    cur = nullptr;
+    return code;
+}

@@ -70,6 +70,116 @@ STAGES: list[Stage] = [
 ]
 
 
+# ---- stages 4 and later: register blocking, then tuning ----------------------
+def _blocktile_1d(M, N, K, d) -> Launch:
+    """One thread per TM results of a column: BM*BN/TM threads."""
+    return Launch(grid=(cdiv(N, d["BN"]), cdiv(M, d["BM"]), 1), block=(d["BM"] * d["BN"] // d["TM"], 1, 1))
+
+
+def _blocktile_2d(M, N, K, d) -> Launch:
+    """One thread per TM x TN results: BM*BN/(TM*TN) threads."""
+    return Launch(grid=(cdiv(N, d["BN"]), cdiv(M, d["BM"]), 1),
+                  block=(d["BM"] * d["BN"] // (d["TM"] * d["TN"]), 1, 1))
+
+
+def _warptile(M, N, K, d) -> Launch:
+    """NUM_THREADS threads per BM x BN tile of C."""
+    return Launch(grid=(cdiv(N, d["BN"]), cdiv(M, d["BM"]), 1), block=(d["NUM_THREADS"], 1, 1))
+
+
+TUNED_CONFIGS_PATH = Path(__file__).resolve().parent / "tuned_configs.json"
+WARPTILE_PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "NUM_THREADS")
+
+
+def tuned_config(gpu_name: str | None = None, path: Path | None = None) -> dict:
+    """The autotuned stage's -D values for a GPU model, from tuned_configs.json:
+    the entry named like the GPU when there is one, else "default". Without a
+    name, the current device's (the emulator's name is never listed)."""
+    import json
+    configs = json.loads(Path(path or TUNED_CONFIGS_PATH).read_text())
+    if gpu_name is None:
+        try:
+            import pycuda.driver as drv
+            gpu_name = drv.Device(0).name()
+        except Exception:
+            gpu_name = None
+    entry = configs.get(gpu_name) if gpu_name else None
+    if entry is None:
+        entry = configs["default"]
+    return {k: int(entry[k]) for k in WARPTILE_PARAMS}
+
+
+class _TunedDefines(dict):
+    """The autotuned stage's defines, read from tuned_configs.json when first used
+    (the GPU model is only known once a backend is chosen)."""
+
+    def __init__(self):
+        super().__init__()
+        self._loaded = False
+
+    def _load(self):
+        if not self._loaded:
+            self._loaded = True
+            super().update(tuned_config())
+
+    def __getitem__(self, k):
+        self._load()
+        return super().__getitem__(k)
+
+    def __iter__(self):
+        self._load()
+        return super().__iter__()
+
+    def __len__(self):
+        self._load()
+        return super().__len__()
+
+    def keys(self):
+        self._load()
+        return super().keys()
+
+    def items(self):
+        self._load()
+        return super().items()
+
+    def values(self):
+        self._load()
+        return super().values()
+
+    def get(self, k, default=None):
+        self._load()
+        return super().get(k, default)
+
+    def __contains__(self, k):
+        self._load()
+        return super().__contains__(k)
+
+    def __repr__(self):
+        self._load()
+        return super().__repr__()
+
+
+STAGES += [
+    Stage("blocktile-1d", "1D blocktiling: TM results per thread", "sgemm_blocktile_1d", _blocktile_1d,
+          {"BM": 64, "BN": 64, "BK": 8, "TM": 8}),
+    Stage("blocktile-2d", "2D blocktiling: a TM x TN outer product per thread", "sgemm_blocktile_2d",
+          _blocktile_2d, {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}),
+    Stage("bank-conflict-free", "Bank-conflict-free shared memory: A transposed and padded",
+          "sgemm_bank_conflict_free", _blocktile_2d, {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8},
+          bank_conflict_free=True),
+    Stage("vectorized", "Vectorized float4 loads, with a scalar fallback", "sgemm_vectorized", _blocktile_2d,
+          {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}, bank_conflict_free=True),
+    Stage("double-buffering", "Double buffering: load the next tile while computing this one",
+          "sgemm_double_buffering", _blocktile_2d, {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8},
+          bank_conflict_free=True),
+    Stage("warptiling", "Warptiling: block tile, warp tile, thread tile", "sgemm_warptiling", _warptile,
+          {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 8, "TN": 4,
+           "NUM_THREADS": 256}, bank_conflict_free=True),
+    Stage("autotuned", "Autotuned warptiling: parameters chosen per GPU model", "sgemm_autotuned", _warptile,
+          _TunedDefines(), bank_conflict_free=True),
+]
+
+
 def stage(stage_id: str) -> Stage:
     for s in STAGES:
         if s.id == stage_id:

@@ -271,14 +271,18 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
         return _load_meta(lib, meta)
 
     with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp:
-        flags = ["-std=c++17", "-fPIC", "-fno-strict-aliasing", "-U_FORTIFY_SOURCE", *extra_flags,
+        flags = ["-std=gnu++17", "-fPIC", "-fstack-clash-protection", "-fno-strict-aliasing", "-U_FORTIFY_SOURCE", *extra_flags,
                  f"-I{RUNTIME_DIR}", f"-I{STUB_INCLUDE_DIR}", *host_flags(options, include_dirs)]
         with ThreadPoolExecutor(max_workers=2) as pool:
             nvcc_job = None
+            # The student's source as written, for the compilers' excerpts.
+            Path(tmp, SOURCE_NAME).write_text(source)
             if tool:
-                Path(tmp, SOURCE_NAME).write_text(
+                nvcc_dir = Path(tmp, "nvcc")
+                nvcc_dir.mkdir()
+                Path(nvcc_dir, SOURCE_NAME).write_text(
                     (source if no_extern_c else f'extern "C" {{\n#line 1 "{SOURCE_NAME}"\n{source}\n}}\n'))
-                nvcc_job = pool.submit(_run, _nvcc_command(tool, options, include_dirs), tmp)
+                nvcc_job = pool.submit(_run, _nvcc_command(tool, options, include_dirs), str(nvcc_dir))
             scan_src = Path(tmp, "scan.cpp")
             scan_src.write_text(_user_unit(source, no_extern_c, scan=True))
             scan = _run([cxx(), "-E", "-DEMU_SCAN", *flags, "scan.cpp"], tmp)
@@ -292,7 +296,7 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
 
         host_ok = host is not None and host.returncode == 0
         host_log = _clean_log((host or scan).stderr, tmp)
-        nvcc_log = _clean_log(nvcc_proc.stdout + nvcc_proc.stderr, tmp) if nvcc_proc else ""
+        nvcc_log = _clean_log(nvcc_proc.stdout + nvcc_proc.stderr, str(Path(tmp, "nvcc"))) if nvcc_proc else ""
         if nvcc_proc and nvcc_proc.returncode != 0:
             raise BuildError("nvcc could not compile the kernel", nvcc_log, nvcc_proc.args)
         if not host_ok:

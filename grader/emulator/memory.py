@@ -4,6 +4,7 @@ stand out."""
 from __future__ import annotations
 
 import bisect
+import ctypes
 import weakref
 
 import numpy as np
@@ -25,6 +26,18 @@ class DeviceAllocation:
         self.ptr = self._view.ctypes.data
         self.size = nbytes
         _live.add(self)
+
+    @classmethod
+    def wrap(cls, ptr: int, nbytes: int, owner) -> "DeviceAllocation":
+        """Existing device memory (a module's __constant__ or __device__
+        variable) as an allocation; `owner` is kept alive with it."""
+        self = cls.__new__(cls)
+        self._buffer = owner
+        self._view = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr)) if nbytes else \
+            np.empty(0, np.uint8)
+        self.ptr, self.size = ptr, nbytes
+        _live.add(self)
+        return self
 
     def __int__(self) -> int:
         if self._view is None:

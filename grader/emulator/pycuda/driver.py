@@ -2,6 +2,7 @@
 use, running kernels on the CPU. Names and behaviour follow PyCUDA 2026.1."""
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -404,14 +405,10 @@ class Module:
         if name not in self._loaded.variables:
             raise LogicError(f"cuModuleGetGlobal failed: named symbol not found: '{name}'")
         addr, size = self._loaded.variables[name]
-        return _GlobalPointer(addr), size
+        return DeviceAllocation.wrap(addr, size, self._loaded), size
 
     def get_texref(self, name: str):
         raise LogicError("texture references are not supported by the emulator")
-
-
-class _GlobalPointer(int):
-    """A device pointer to a module variable: memcpy_htod accepts it."""
 
 
 def _argument_values(args) -> tuple[list, list]:
@@ -422,7 +419,7 @@ def _argument_values(args) -> tuple[list, list]:
     for i, arg in enumerate(args):
         if isinstance(arg, np.number):
             values.append((arg.dtype.char, arg))
-        elif isinstance(arg, (DeviceAllocation, _GlobalPointer)):
+        elif isinstance(arg, DeviceAllocation):
             values.append(("P", int(arg)))
         elif isinstance(arg, ArgumentHandler):
             handlers.append(arg)
@@ -513,19 +510,13 @@ class Function:
         return self
 
     def _prepared_values(self, args) -> list:
-        import re as _re
-        chars = _re.findall(r"\d*[a-zA-Z?]", self.arg_format or "")
+        chars = re.findall(r"\d*[a-zA-Z?]", self.arg_format or "")
         if len(chars) != len(args):
             raise TypeError(f"prepared format '{self.arg_format}' has {len(chars)} items, got {len(args)} arguments")
-        return [("P" if c in "LQP" and self._is_pointer_arg(a) else c,
-                 int(a) if c in "PLQ" and not isinstance(a, np.number) else a) for c, a in zip(chars, args)]
-
-    @staticmethod
-    def _is_pointer_arg(a) -> bool:
-        return isinstance(a, (DeviceAllocation, _GlobalPointer, int)) or hasattr(a, "gpudata")
+        return [_prepared_value(c, a) for c, a in zip(chars, args)]
 
     def prepared_call(self, grid, block, *args, shared_size=0) -> None:
-        self._launch(self._prepared_values([getattr(a, "gpudata", a) for a in args]), grid, block, shared_size)
+        self._launch(self._prepared_values(args), grid, block, shared_size)
 
     def prepared_timed_call(self, grid, block, *args, shared_size=0):
         start = time.perf_counter()
@@ -570,6 +561,18 @@ class Function:
                             "exceed the per-block limit")
         if problems:
             raise LogicError(f"cuLaunchKernel failed: invalid argument: kernel '{name}': " + "; ".join(problems))
+
+
+def _prepared_value(char: str, arg) -> tuple[str, object]:
+    """A prepared argument: device memory goes as a pointer whatever integer
+    format stands for it (PyCUDA's examples use numpy.intp)."""
+    from ..memory import find_allocation
+    arg = getattr(arg, "gpudata", arg)
+    if isinstance(arg, DeviceAllocation):
+        return "P", int(arg)
+    if char in "PlLqQ" and isinstance(arg, int) and find_allocation(arg) is not None:
+        return "P", arg
+    return char, arg
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:

@@ -3,7 +3,7 @@
 // live in the runtime library (runtime.cpp), where a barrier or a warp
 // exchange switches to the next fiber.
 #pragma once
-#include <cassert>
+#include <cassert>  // the emulator's own (include/assert.h)
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -98,8 +98,6 @@ long long __emu_clock(void);
 #define __syncwarp(...) __emu_syncwarp_at(__LINE__, ##__VA_ARGS__)
 static inline void __emu_syncwarp_at(int line, unsigned mask = 0xffffffffu) { __emu_syncwarp(line, mask); }
 #define printf __emu_printf
-#undef assert
-#define assert(e) ((e) ? (void)0 : __emu_trap("assertion failed: " #e, __FILE__, __LINE__))
 #define __trap() __emu_trap("__trap() called", __FILE__, __LINE__)
 static inline void __threadfence() {}
 static inline void __threadfence_block() {}

@@ -47,6 +47,7 @@ struct Fiber {
 
 struct Warp {
     unsigned alive, arrived, wanted;
+    bool soft;  // an __activemask() rendezvous: lanes that went elsewhere are not active
     int parity;
     alignas(16) unsigned char slots[2][32][16];
 };
@@ -211,7 +212,22 @@ static void release_warp_if_complete(Warp& w) {
         f.state = kReady;
     }
     w.arrived = w.wanted = 0;
+    w.soft = false;
     w.parity ^= 1;
+}
+
+// Lanes waiting in __activemask() while the rest of their warp is blocked
+// elsewhere or has exited: those lanes were not converged with them.
+static bool release_soft_rendezvous() {
+    bool released = false;
+    for (auto& w : L.warps) {
+        if (w.soft && w.arrived) {
+            w.wanted = w.arrived;
+            release_warp_if_complete(w);
+            released = true;
+        }
+    }
+    return released;
 }
 
 static void fiber_main() {
@@ -289,6 +305,7 @@ static void run_block(uint3 bid) {
         int lanes = std::min(32, n - int(w) * 32);
         L.warps[w].alive = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);
         L.warps[w].arrived = L.warps[w].wanted = 0;
+        L.warps[w].soft = false;
         L.warps[w].parity = 0;
     }
     if (L.seed)  // a permuted thread order exposes code that depends on the order
@@ -307,7 +324,7 @@ static void run_block(uint3 bid) {
         if (timed_out) siglongjmp(launch_jmp, kTimeout);
         if (ran) continue;
         if (L.ndone == n) break;
-        resolve_barrier();
+        if (!release_soft_rendezvous()) resolve_barrier();
     }
     cur = nullptr;
 }
@@ -361,7 +378,18 @@ extern "C" void __emu_syncwarp(int line, unsigned mask) {
 }
 
 extern "C" unsigned __emu_lane_id(void) { return cur->linear % 32; }
-extern "C" unsigned __emu_activemask(void) { return L.warps[cur->linear / 32].alive; }
+extern "C" unsigned __emu_activemask(void) {
+    Fiber* f = cur;
+    Warp& w = L.warps[f->linear / 32];
+    f->state = kAtWarp;
+    f->line = 0;
+    w.arrived |= 1u << (f->linear % 32);
+    w.wanted |= w.alive;
+    w.soft = true;
+    release_warp_if_complete(w);
+    if (f->state != kReady) yield_to_scheduler();
+    return f->took_part;
+}
 
 extern "C" int __emu_printf(const char* fmt, ...) {
     char buf[1024];

@@ -1,0 +1,309 @@
+"""Autotune the warptiling kernel (solutions/autotuned.cu) for the GPU at hand.
+
+    python -m grader.autotune                      # sweep at 4096^3, save results
+    python -m grader.autotune --size 128 --limit 3 --dry-run   # quick check, writes nothing
+
+Every combination of the parameters below is first checked against the
+kernel's rules (without compiling): thread count, divisibility, float4 load
+mapping, shared memory <= 48 KiB, a register estimate, and bank conflicts of
+every shared-memory access pattern (modelled here exactly as the kernel does
+them). Each valid configuration is compiled, checked for correctness on
+awkward shapes, and timed with CUDA events (median of --repeats runs after
+warm-up). The winner is checked again at the timed size; all results go to a
+JSON file, and the winner to grader/tuned_configs.json under the GPU's name.
+On the CPU emulator the times mean nothing, but everything else runs."""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "NUM_THREADS")
+SPACE = {
+    "BM": (64, 128, 256),
+    "BN": (64, 128, 256),
+    "BK": (8, 16, 32),
+    "WM": (32, 64, 128),
+    "WN": (32, 64, 128),
+    "WNITER": (1, 2, 4, 8),
+    "TM": (4, 8, 16),
+    "TN": (4, 8),
+    "NUM_THREADS": (128, 256),
+}
+SMEM_LIMIT = 48 * 1024        # static shared memory per block
+MAX_ACC_PER_THREAD = 128      # accumulators; more than this cannot stay in 255 registers with the rest
+BANKS = 32
+
+
+# ---- constraints, checked before compiling ------------------------------------
+def derived(c: dict) -> dict:
+    wmiter = (c["WM"] * c["WN"]) // (32 * c["TM"] * c["TN"] * c["WNITER"]) if c["WNITER"] else 0
+    d = {"WMITER": wmiter}
+    if wmiter:
+        d["WSUBM"] = c["WM"] // wmiter
+        d["WSUBN"] = c["WN"] // c["WNITER"]
+        d["LC"] = d["WSUBN"] // c["TN"] if c["TN"] else 0
+    return d
+
+
+def smem_bytes(c: dict) -> int:
+    """Two buffers of As[BK][BM+4] and Bs[BK][BN], floats."""
+    return 4 * 2 * c["BK"] * ((c["BM"] + 4) + c["BN"])
+
+
+def conflict_degree(accesses: list[tuple[int, int]], width: int) -> int:
+    """Bank-conflict degree of one warp-wide shared access: accesses are
+    (lane, byte address) of the lanes taking part, all `width` bytes wide.
+    4-byte accesses are served per warp, 8-byte per half-warp, 16-byte per
+    quarter-warp; same-address lanes share (broadcast)."""
+    phase = {4: 32, 8: 16, 16: 8}[width]
+    worst = 1
+    groups: dict[int, set[int]] = {}
+    for lane, addr in accesses:
+        groups.setdefault(lane // phase, set()).add(addr)
+    for addrs in groups.values():
+        per_bank: dict[int, int] = {}
+        for addr in addrs:
+            for w in range(width // 4):
+                bank = (addr // 4 + w) % BANKS
+                per_bank[bank] = per_bank.get(bank, 0) + 1
+        worst = max(worst, max(per_bank.values()))
+    return worst
+
+
+def bank_conflicts(c: dict) -> list[str]:
+    """Every shared-memory access pattern of the kernel, warp by warp: the
+    names of those with a conflict (empty: conflict free)."""
+    d = derived(c)
+    BM, BN, BK, NT = c["BM"], c["BN"], c["BK"], c["NUM_THREADS"]
+    S = BM + 4
+    as_addr = lambda k, m: 4 * (k * S + m)                       # noqa: E731
+    bs_addr = lambda k, n: 4 * (BK * S) + 4 * (k * BN + n)         # noqa: E731 (Bs after As)
+    bad = []
+
+    def check(name, width, pattern):
+        for w in range(NT // 32):
+            for r in range(pattern_reps[name]):
+                acc = [(lane, pattern(32 * w + lane, r)) for lane in range(32)]
+                deg = conflict_degree(acc, width)
+                if deg > 1:
+                    bad.append(f"{name}: {deg}-way (warp {w})")
+                    return
+
+    LA, LB = BM * BK // NT, BK * BN // NT
+    pattern_reps = {}
+
+    def a_vec(tid, r, cc):
+        f = tid + r * NT
+        q, m, k = f % 2, (f // 2) % BM, (f // (2 * BM)) * 8 + 4 * (f % 2)
+        return as_addr(k + cc, m)
+
+    for cc in range(4):
+        pattern_reps[f"As store, float4 path (element {cc})"] = LA // 4
+        check(f"As store, float4 path (element {cc})", 4, lambda t, r, cc=cc: a_vec(t, r, cc))
+    pattern_reps["Bs store, float4 path"] = LB // 4
+    check("Bs store, float4 path", 16,
+          lambda t, r: bs_addr((t + r * NT) // (BN // 4), ((t + r * NT) % (BN // 4)) * 4))
+    pattern_reps["As store, scalar path"] = LA
+    check("As store, scalar path", 4,
+          lambda t, r: as_addr(((t + r * NT) // (8 * BM)) * 8 + (t + r * NT) % 8, ((t + r * NT) // 8) % BM))
+    pattern_reps["Bs store, scalar path"] = LB
+    check("Bs store, scalar path", 4, lambda t, r: bs_addr((t + r * NT) // BN, (t + r * NT) % BN))
+
+    def offs(tid):
+        warp, lane = tid // 32, tid % 32
+        wr, wc = warp // (BN // c["WN"]), warp % (BN // c["WN"])
+        return wr * c["WM"] + (lane // d["LC"]) * c["TM"], wc * c["WN"] + (lane % d["LC"]) * c["TN"]
+
+    for wm, i in itertools.product(range(d["WMITER"]), range(0, c["TM"], 4)):
+        name = f"As read (sub-tile {wm}, element {i})"
+        pattern_reps[name] = 1
+        check(name, 16, lambda t, r, wm=wm, i=i: as_addr(0, offs(t)[0] + wm * d["WSUBM"] + i))
+    for wn, j in itertools.product(range(c["WNITER"]), range(0, c["TN"], 4)):
+        name = f"Bs read (sub-tile {wn}, element {j})"
+        pattern_reps[name] = 1
+        check(name, 16, lambda t, r, wn=wn, j=j: bs_addr(0, offs(t)[1] + wn * d["WSUBN"] + j))
+    return bad
+
+
+def violations(c: dict) -> list[str]:
+    """Why the kernel cannot be built or run with c (empty: valid). Mirrors
+    the static_asserts of solutions/autotuned.cu, plus resource limits."""
+    BM, BN, BK, WM, WN, WNITER, TM, TN, NT = (c[p] for p in PARAMS)
+    why = []
+    if NT > 1024 or NT % 32:
+        return ["NUM_THREADS must be a multiple of 32, at most 1024"]
+    if BM % WM or BN % WN or NT != 32 * (BM // WM) * (BN // WN):
+        return ["NUM_THREADS must be 32 per WM x WN warp tile of the BM x BN block tile"]
+    d = derived(c)
+    if d["WMITER"] < 1 or (WM * WN) % (32 * TM * TN * WNITER) or WM % d["WMITER"] or WN % WNITER:
+        return ["a warp tile must split into WMITER x WNITER sub-tiles of 32 lanes x TM x TN"]
+    if d["WSUBN"] % TN or d["LC"] == 0 or 32 % d["LC"] or (32 // d["LC"]) * TM != d["WSUBM"]:
+        return ["the 32 lanes must cover a WSUBM x WSUBN sub-tile exactly"]
+    if TM % 4 or TN % 4:
+        why.append("TM and TN must be multiples of 4 (float4 reads)")
+    if BM % 32 or BN % 32 or BK % 8:
+        why.append("BM and BN must be multiples of 32, BK of 8 (load maps, padding)")
+    if (BM * BK // 4) % NT or (BK * BN // 4) % NT or (BM * BK) % (4 * NT) or (BK * BN) % (4 * NT):
+        why.append("the A and B tiles must split into whole float4 per thread")
+    if smem_bytes(c) > SMEM_LIMIT:
+        why.append(f"shared memory {smem_bytes(c)} B > {SMEM_LIMIT} B")
+    if BM * BN // NT > MAX_ACC_PER_THREAD:
+        why.append(f"{BM * BN // NT} accumulators per thread > {MAX_ACC_PER_THREAD} (registers)")
+    if not why:
+        why += [f"bank conflict, {b}" for b in bank_conflicts(c)]
+    return why
+
+
+def candidates() -> tuple[list[dict], int]:
+    """The valid configurations, and how many were tried."""
+    out, total = [], 0
+    for values in itertools.product(*(SPACE[p] for p in PARAMS)):
+        total += 1
+        c = dict(zip(PARAMS, values))
+        if not violations(c):
+            out.append(c)
+    return out, total
+
+
+# ---- running ------------------------------------------------------------------
+def progress(i: int, n: int, text: str = "", width: int = 30) -> None:
+    """A text progress bar on stdout (never stderr)."""
+    done = int(width * i / max(n, 1))
+    sys.stdout.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {text[:60]:<60}")
+    if i >= n:
+        sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+def time_kernel(function, launch, M, N, K, a, b, c, repeats: int, warmup: int = 2) -> list[float]:
+    """Milliseconds per launch, measured with CUDA events around each launch."""
+    import pycuda.driver as drv
+    args = (np.int32(M), np.int32(N), np.int32(K), a, b, c)
+    kw = dict(grid=launch.grid, block=launch.block, shared=launch.shared)
+    for _ in range(warmup):
+        function(*args, **kw)
+    drv.Context.synchronize()
+    start, end = drv.Event(), drv.Event()
+    times = []
+    for _ in range(repeats):
+        start.record()
+        function(*args, **kw)
+        end.record()
+        end.synchronize()
+        times.append(end.time_since(start))
+    return times
+
+
+CHECK_SHAPES = [(1, 1, 1), (17, 33, 9), (257, 129, 65), (260, 132, 68), (1, 300, 7), (300, 1, 5)]
+
+
+def check_config(st, function, cfg: dict, shapes, rng) -> str | None:
+    """None when the kernel is right on every shape, else what went wrong."""
+    from . import sgemm
+    for s in shapes:
+        A, B = sgemm.random_inputs(*s, rng)
+        C = sgemm.run(st, A, B, function=function, defines=cfg)
+        r = sgemm.compare(C, A, B)
+        if not r.ok:
+            return r.describe(s)
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=int, default=4096, help="M = N = K of the timed product (default 4096)")
+    ap.add_argument("--repeats", type=int, default=10, help="timed runs per configuration (>= 10 for the median)")
+    ap.add_argument("--limit", type=int, default=0, help="try only the first LIMIT valid configurations")
+    ap.add_argument("--dry-run", action="store_true", help="write no files")
+    ap.add_argument("--out", type=Path, default=None, help="results JSON (default: autotune-<gpu>.json here)")
+    ap.add_argument("--configs", type=Path, default=None, help="tuned configurations JSON to update")
+    args = ap.parse_args(argv)
+
+    from . import BACKEND, sgemm, stages
+    import pycuda.autoinit  # noqa: F401
+    import pycuda.driver as drv
+
+    st = stages.stage("autotuned")
+    gpu = drv.Device(0).name()
+    emulated = BACKEND.name == "emulator"
+    cands, total = candidates()
+    print(f"autotune: {gpu}; {len(cands)} valid configurations of {total} (constraints checked before compiling)")
+    default = stages.tuned_config("default")
+    cands.sort(key=lambda c: c != default)          # the current default first: a baseline
+    if args.limit:
+        cands = cands[:args.limit]
+    size = args.size
+    repeats = max(args.repeats, 10)
+    rng = np.random.default_rng(0)
+    A, B = sgemm.random_inputs(size, size, size, rng)
+    a, b = drv.to_device(A), drv.to_device(B)
+    c = drv.mem_alloc(size * size * 4)
+
+    results = []
+    t0 = time.time()
+    for i, cfg in enumerate(cands):
+        progress(i, len(cands), " ".join(f"{k}={v}" for k, v in cfg.items()))
+        entry = {"config": cfg}
+        try:
+            function = sgemm.compile_kernel(st, defines=cfg)
+        except Exception as e:  # compile errors: recorded, not fatal
+            entry["error"] = f"compile: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
+            results.append(entry)
+            continue
+        wrong = check_config(st, function, cfg, CHECK_SHAPES, rng)
+        if wrong:
+            entry["error"] = f"wrong result: {wrong}"
+            results.append(entry)
+            continue
+        times = time_kernel(function, st.launch(size, size, size, cfg), size, size, size, a, b, c, repeats)
+        ms = statistics.median(times)
+        entry.update(ms=ms, tflops=2 * size ** 3 / (ms * 1e-3) / 1e12, times_ms=times)
+        results.append(entry)
+    progress(len(cands), len(cands), f"done in {time.time() - t0:.0f} s")
+
+    timed = sorted((r for r in results if "ms" in r), key=lambda r: r["ms"])
+    for r in results:
+        if "error" in r:
+            print(f"  failed: {r['config']}: {r['error']}")
+    if not timed:
+        print("autotune: no configuration ran correctly")
+        return 1
+    print("fastest:" + (" (CPU emulator: times mean nothing)" if emulated else ""))
+    for r in timed[:5]:
+        print(f"  {r['tflops']:8.2f} TFLOPS  {r['ms']:9.3f} ms  {r['config']}")
+    best = timed[0]["config"]
+    fn = sgemm.compile_kernel(st, defines=best)
+    wrong = check_config(st, fn, best, [(size, size, size)], rng)
+    if wrong:
+        print(f"autotune: the winner is wrong at {size}^3: {wrong}")
+        return 1
+    print(f"winner checked at {size}^3: all elements correct")
+
+    if args.dry_run:
+        print("dry run: no files written")
+        return 0
+    report = {"gpu": gpu, "backend": str(BACKEND), "size": size, "repeats": repeats,
+              "date": time.strftime("%Y-%m-%dT%H:%M:%S"), "best": best, "results": results}
+    out = args.out or Path(f"autotune-{gpu.replace(' ', '_')}.json")
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    print(f"results: {out}")
+    if emulated:
+        print("CPU emulator: grader/tuned_configs.json left as it is")
+        return 0
+    path = args.configs or stages.TUNED_CONFIGS_PATH
+    configs = json.loads(Path(path).read_text())
+    configs[gpu] = best
+    Path(path).write_text(json.dumps(configs, indent=2) + "\n")
+    print(f"{path}: {gpu} -> {best}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""grader.bench and grader.perf without a GPU: correctness only, every timing
+function refusing with "not timed: no GPU", nothing on stderr."""
+import time
+
+import pytest
+
+import grader
+from grader import bench, perf, stages
+
+pytestmark = pytest.mark.skipif(grader.BACKEND.name != "emulator",
+                                reason="emulator behaviour (on a GPU bench.main runs the real benchmark)")
+
+
+def test_bench_checks_stages_without_timing(capsys):
+    t0 = time.perf_counter()
+    rc = bench.main(["--stages", "naive,smem-tiling"])
+    out, err = capsys.readouterr()
+    assert rc == 0, out
+    assert err == ""
+    assert time.perf_counter() - t0 < 60
+    rows = [line for line in out.splitlines() if line.startswith("| naive ") or line.startswith("| smem-tiling ")]
+    perf_rows = [r for r in rows if "| yes " in r]
+    assert len(perf_rows) == 2
+    for row in perf_rows:
+        assert row.count(perf.NO_GPU) == 3          # GFLOPS, cuBLAS GFLOPS, ratio
+    assert "blocks/SM (ours)" in out and "not checked: no GPU" in out
+    assert "2/2 stage(s) correct" in out
+
+
+BROKEN = r"""
+__global__ void sgemm_broken(int M, int N, int K, const float* A, const float* B, float* C) {
+    int row = blockIdx.y * blockDim.y + threadIdx.y, col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < M - 1 && col < N) {          // forgets the last row: it stays NaN
+        float acc = 0.0f;
+        for (int k = 0; k < K; ++k) acc += A[row * K + k] * B[k * N + col];
+        C[row * N + col] = acc;
+    }
+}
+"""
+
+
+def test_bench_fails_on_a_wrong_stage(tmp_path, monkeypatch, capsys):
+    (tmp_path / "broken.cu").write_text(BROKEN)
+    monkeypatch.setattr(stages, "SOLUTIONS_DIR", tmp_path)
+    rule = lambda M, N, K, d: stages.Launch((stages.cdiv(N, 16), stages.cdiv(M, 16), 1), (16, 16, 1))  # noqa: E731
+    monkeypatch.setattr(stages, "STAGES", [stages.Stage("broken", "deliberately wrong", "sgemm_broken", rule)])
+    rc = bench.main([])
+    out, err = capsys.readouterr()
+    assert rc == 1, out
+    assert err == ""
+    assert "| broken " in out and "| NO " in out and "wrong element" in out
+
+
+def test_bench_usage_errors(capsys):
+    assert bench.main(["--stages", "no-such-stage"]) == 2
+    assert bench.main(["--repeat", "5"]) == 2
+    assert bench.main(["--sizes", "12x3"]) == 2
+    out, err = capsys.readouterr()
+    assert err == "" and "no stage 'no-such-stage'" in out and "at least 20" in out
+
+
+def test_perf_refuses_without_a_gpu():
+    assert not perf.on_gpu()
+    refusals = [perf.time_kernel(lambda: None), perf.gflops(1024, 1024, 1024, 1e-3),
+                perf.cublas_sgemm_time(64, 64, 64), perf.fp32_peak(), perf.make_workload(64, 64, 64),
+                perf.memory_bandwidth()]
+    for r in refusals:
+        assert isinstance(r, perf.NotTimed) and not r and str(r) == "not timed: no GPU"
+    m = perf.measure_sgemm(None, None, perf.NOT_TIMED)
+    assert m.status == "not timed" and m.gflops is None and m.ratio is None
+
+
+def test_perf_pure_helpers():
+    assert perf.fp32_peak_from(132, 9, 0, 1_980_000) == pytest.approx(66.9e12, rel=1e-3)
+    assert perf.fp32_lanes_per_sm(8, 0) == 64 and perf.fp32_lanes_per_sm(8, 6) == 128
+    with pytest.raises(perf.ImpossibleResult):
+        perf.check_plausible(70_000.0, 66.9e12, "kernel")
+    perf.check_plausible(50_000.0, 66.9e12, "cuBLAS")
+    assert perf.arithmetic_intensity(4096, 4096, 4096) == pytest.approx(4096 / 6)

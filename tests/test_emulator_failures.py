@@ -1,0 +1,189 @@
+"""Kernels that would hang or fault a GPU: on the emulator each ends in a clear
+error within the time limit, and the process (and the next launch) survives."""
+import time
+
+import numpy as np
+import pytest
+
+from conftest import emulator_only
+
+pytestmark = emulator_only
+
+
+@pytest.fixture
+def short_timeout():
+    from grader import emulator
+    before = emulator.launch_timeout()
+    emulator.set_launch_timeout(1.0)
+    yield
+    emulator.set_launch_timeout(before)
+
+
+def _still_works(cuda, source_module):
+    mod = source_module("__global__ void ok(int* v) { v[threadIdx.x] = threadIdx.x; }")
+    v = np.zeros(8, np.int32)
+    mod.get_function("ok")(cuda.Out(v), block=(8, 1, 1))
+    assert np.array_equal(v, np.arange(8))
+
+
+def test_barrier_in_divergent_code(cuda, source_module, short_timeout):
+    mod = source_module("""
+    __global__ void tiled(float* x, int n) {
+        __shared__ float s[64];
+        int t = threadIdx.x;
+        if (t < n) {                // threads past n skip the barrier
+            s[t] = x[t];
+            __syncthreads();
+            x[t] = s[n - 1 - t];
+        }
+    }""")
+    x = cuda.to_device(np.ones(64, np.float32))
+    start = time.perf_counter()
+    with pytest.raises(cuda.LaunchError) as err:
+        mod.get_function("tiled")(x, np.int32(40), block=(64, 1, 1))
+    assert time.perf_counter() - start < 1.0
+    message = str(err.value)
+    assert "tiled" in message and "divergent barrier" in message and "line 7" in message
+    assert err.value.kind == "deadlock"
+    _still_works(cuda, source_module)
+
+
+def test_early_return_before_barrier(cuda, source_module):
+    mod = source_module("""
+    __global__ void k(float* x, int n) {
+        __shared__ float s[32];
+        if (threadIdx.x >= n) return;
+        s[threadIdx.x] = x[threadIdx.x];
+        __syncthreads();
+        x[threadIdx.x] = s[0];
+    }""")
+    with pytest.raises(cuda.LaunchError, match=r"__syncthreads\(\) on line 6 is not reached"):
+        mod.get_function("k")(cuda.to_device(np.ones(32, np.float32)), np.int32(20), block=(32, 1, 1))
+
+
+def test_threads_at_different_barriers(cuda, source_module):
+    mod = source_module("""
+    __global__ void k(int* x) {
+        if (threadIdx.x % 2) { __syncthreads(); x[threadIdx.x] = 1; }
+        else { __syncthreads(); x[threadIdx.x] = 2; }
+    }""")
+    with pytest.raises(cuda.LaunchError, match="different __syncthreads"):
+        mod.get_function("k")(cuda.mem_alloc(4 * 32), block=(32, 1, 1))
+
+
+def test_shuffle_that_some_lanes_never_reach(cuda, source_module):
+    mod = source_module("""
+    __global__ void k(int* x) {
+        int v = x[threadIdx.x];
+        if (threadIdx.x < 16) v += __shfl_down_sync(0xffffffff, v, 1);
+        __syncthreads();
+        x[threadIdx.x] = v;
+    }""")
+    with pytest.raises(cuda.LaunchError, match="deadlock.*warp-synchronous call on line 4"):
+        mod.get_function("k")(cuda.to_device(np.ones(32, np.int32)), block=(32, 1, 1))
+
+
+def test_endless_loop_times_out(cuda, source_module, short_timeout):
+    mod = source_module("""
+    __global__ void spin(volatile int* flag) {
+        while (*flag == 0) { }      // nobody ever sets it
+    }""")
+    start = time.perf_counter()
+    with pytest.raises(cuda.LaunchError) as err:
+        mod.get_function("spin")(cuda.to_device(np.zeros(1, np.int32)), block=(32, 1, 1), grid=(2, 1))
+    elapsed = time.perf_counter() - start
+    assert 0.9 < elapsed < 3.0
+    assert err.value.kind == "timeout" and "spin" in str(err.value) and "time limit" in str(err.value)
+    _still_works(cuda, source_module)
+
+
+def test_endless_loop_with_barriers_times_out(cuda, source_module, short_timeout):
+    mod = source_module("""
+    __global__ void spin(int* x) {
+        __shared__ int s;
+        for (;;) { s = x[0]; __syncthreads(); }
+    }""")
+    with pytest.raises(cuda.LaunchError, match="time limit"):
+        mod.get_function("spin")(cuda.to_device(np.zeros(1, np.int32)), block=(64, 1, 1))
+
+
+def test_illegal_address_is_reported(cuda, source_module):
+    mod = source_module("""
+    __global__ void wild(float* x) {
+        float* p = (float*)0x10;
+        x[threadIdx.x] = p[threadIdx.x];
+    }""")
+    with pytest.raises(cuda.LaunchError, match="illegal memory access") as err:
+        mod.get_function("wild")(cuda.mem_alloc(128), block=(32, 1, 1), grid=(2, 1))
+    assert err.value.kind == "fault" and "block (0,0,0), thread (0,0,0)" in str(err.value)
+    _still_works(cuda, source_module)
+
+
+def test_stack_overflow_is_reported(cuda, source_module):
+    mod = source_module("""
+    __global__ void k(int* x, int n) {
+        volatile float big[1 << 20];            // 4 MB of locals per thread
+        for (int i = 0; i < n; i += 1024) big[i] = i;
+        x[threadIdx.x] = big[n - 1];
+    }
+    """)
+    with pytest.raises(cuda.LaunchError, match="stack overflow"):
+        mod.get_function("k")(cuda.mem_alloc(4 * 32), np.int32(1 << 20), block=(32, 1, 1))
+    _still_works(cuda, source_module)
+
+
+def test_device_assert(cuda, source_module):
+    mod = source_module("""
+    #include <cassert>
+    __global__ void k(const int* x) { assert(x[threadIdx.x] >= 0); }
+    """)
+    v = np.zeros(32, np.int32)
+    v[5] = -1
+    with pytest.raises(cuda.LaunchError, match=r"thread \(5,0,0\): assertion failed.*kernel.cu:3") as err:
+        mod.get_function("k")(cuda.In(v), block=(32, 1, 1))
+    assert err.value.kind == "trap"
+
+
+def test_uninitialised_shared_memory_reads_nan(cuda, source_module):
+    # The GPU leaves shared memory uninitialised; the emulator fills it with
+    # NaN at each block start so that a forgotten load shows.
+    mod = source_module("""
+    __global__ void k(float* out) {
+        __shared__ float s[64];
+        if (threadIdx.x < 32) s[threadIdx.x] = 1.0f;
+        __syncthreads();
+        out[blockIdx.x * 64 + threadIdx.x] = s[threadIdx.x];
+    }""")
+    out = np.zeros(128, np.float32)
+    mod.get_function("k")(cuda.Out(out), block=(64, 1, 1), grid=(2, 1))
+    assert (out.reshape(2, 64)[:, :32] == 1).all() and np.isnan(out.reshape(2, 64)[:, 32:]).all()
+
+
+def test_compile_error_has_student_line_numbers(cuda, source_module):
+    source = "__global__ void k(float* x)\n{\n    x[threadIdx.x] = undefined_name;\n}\n"
+    with pytest.raises(cuda.CompileError, match=r"kernel\.cu(:3:|\(3\)).*undefined_name"):
+        source_module(source)
+
+
+def test_emulator_rejects_wrong_argument_size(cuda, source_module):
+    f = source_module("__global__ void k(float* v, float a) { v[0] = a; }").get_function("k")
+    with pytest.raises(TypeError, match=r"argument 1 of k\(float\*, float\).*numpy.float64"):
+        f(cuda.mem_alloc(4), np.float64(1.0), block=(1, 1, 1))
+
+
+def test_permuted_thread_order_gives_same_result_for_correct_kernel(cuda, source_module):
+    from grader import emulator
+    mod = source_module("""
+    __global__ void reverse(int* a) {
+        __shared__ int s[128];
+        s[threadIdx.x] = a[threadIdx.x];
+        __syncthreads();
+        a[threadIdx.x] = s[127 - threadIdx.x];
+    }""")
+    emulator.set_thread_order_seed(12345)
+    try:
+        a = np.arange(128, dtype=np.int32)
+        mod.get_function("reverse")(cuda.InOut(a), block=(128, 1, 1))
+    finally:
+        emulator.set_thread_order_seed(0)
+    assert np.array_equal(a, np.arange(128)[::-1])

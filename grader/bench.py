@@ -217,9 +217,14 @@ def run_gpu(stage_list, args, argv) -> int:
         return 2
     device = drv.Context.get_device()
     name, cc = device.name(), device.compute_capability()
-    peak = perf.fp32_peak(device)
-    limits = occupancy.device_limits(device)
-    bandwidth = perf.memory_bandwidth()
+    try:
+        peak = perf.fp32_peak(device)
+        limits = occupancy.device_limits(device)
+        bandwidth = perf.memory_bandwidth()
+    except Exception as e:  # noqa: BLE001 - a device we cannot describe is not benchmarked
+        say(f"bench: cannot benchmark {name}: reading its peak, limits or bandwidth failed: "
+            f"{type(e).__name__}: {e}")
+        return 2
     say(f"bench: {name} (sm_{cc[0]}{cc[1]}), FP32 peak {peak / 1e12:.1f} TFLOPS, "
         f"copy bandwidth {bandwidth / 1e9:.0f} GB/s; {tf32}")
     compiled = {st.id: _compile(st) for st in stage_list}

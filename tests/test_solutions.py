@@ -36,8 +36,13 @@ def _broken(stage_id: str, old: str, new: str) -> str:
 
 
 BROKEN = {
+    # Both loads unchecked: the padding of the last tile is garbage times
+    # garbage (with only one unchecked it is garbage times zero, which is an
+    # out-of-bounds read that only the analysis catches).
     "no bounds check on the tile loads": ("smem-tiling", _broken(
         "smem-tiling",
+        "Bs[ty][tx] = (k0 + ty < K && col < N) ? B[(k0 + ty) * N + col] : 0.0f;",
+        "Bs[ty][tx] = B[(k0 + ty) * N + col];").replace(
         "As[ty][tx] = (row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f;",
         "As[ty][tx] = A[row * K + k0 + tx];")),
     "swapped row and column": ("coalesced", _broken(

@@ -10,11 +10,12 @@ from __future__ import annotations
 import importlib
 import sys
 
+from .analysis import Report, analyze
 from .config import launch_timeout, set_launch_timeout, set_thread_order_seed, thread_order_seed
 
 SUBMODULES = ("driver", "compiler", "gpuarray", "autoinit", "autoprimaryctx", "tools")
 
-__all__ = ["install", "installed", "launch_timeout", "set_launch_timeout", "set_thread_order_seed",
+__all__ = ["Report", "analyze", "install", "installed", "launch_timeout", "set_launch_timeout", "set_thread_order_seed",
            "thread_order_seed"]
 
 

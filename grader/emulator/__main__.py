@@ -1,18 +1,32 @@
-"""Run a PyCUDA script on the emulator: python -m grader.emulator SCRIPT [ARGS...]"""
+"""Run a PyCUDA script on the emulator.
+
+    python -m grader.emulator SCRIPT [ARGS...]
+    python -m grader.emulator --analyze SCRIPT [ARGS...]   # then print bank conflicts, races, bad accesses
+"""
 import runpy
 import sys
 
-from . import install
+from . import analyze, install
 
 
 def main(argv: list[str]) -> int:
+    analysing = bool(argv) and argv[0] == "--analyze"
+    argv = argv[1:] if analysing else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
     install()
     sys.argv = argv
-    runpy.run_path(argv[0], run_name="__main__")
-    return 0
+    if not analysing:
+        runpy.run_path(argv[0], run_name="__main__")
+        return 0
+    with analyze() as report:
+        try:
+            runpy.run_path(argv[0], run_name="__main__")
+        finally:
+            print("\n== emulator analysis ==")
+            print(report)
+    return 1 if report.races or report.out_of_bounds else 0
 
 
 if __name__ == "__main__":

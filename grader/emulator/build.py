@@ -17,8 +17,12 @@ from pathlib import Path
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 STUB_INCLUDE_DIR = RUNTIME_DIR / "include"
-RUNTIME_SOURCES = ("runtime.cpp", "fiber.cpp")
-RUNTIME_HEADERS = ("emu_abi.h", "cuda_emu.h", "fiber.h", "runtime.h")
+RUNTIME_SOURCES = ("runtime.cpp", "fiber.cpp", "analysis.cpp")
+RUNTIME_HEADERS = ("emu_abi.h", "cuda_emu.h", "fiber.h", "runtime.h", "analysis.h")
+# Analysis builds: a hook before every load and store, and line numbers;
+# no scalar replacement, so that a float4 load stays one 16-byte access.
+ANALYSIS_FLAGS = ("-O1", "-gdwarf-4", "-fno-tree-sra", "-fsanitize=kernel-address", "--param", "asan-instrumentation-with-call-threshold=0",
+                  "--param", "asan-globals=0", "--param", "asan-stack=0")
 SOURCE_NAME = "kernel.cu"
 NVCC_ARCH = "sm_90"
 
@@ -131,8 +135,25 @@ def _rewrite_dynamic_shared(source: str) -> str:
     return _EXTERN_SHARED.sub(repl, source)
 
 
-def _user_unit(source: str, no_extern_c: bool, scan: bool) -> str:
+_SHARED_DECL = re.compile(r"(?<!extern )\b__shared__\s+(?P<type>[\w\s:<>,*()]*?)\s*\b(?P<name>\w+)\s*"
+                          r"(?P<dims>(?:\[[^\]\[;]*\]\s*)*);")
+
+
+def _rewrite_shared_for_analysis(source: str) -> str:
+    """`__shared__ T name[dims];` becomes __EMU_SHARED_VAR (cuda_emu.h), on the
+    same line; declarations it does not recognise stay as they are."""
+    def repl(m: re.Match) -> str:
+        type_ = m.group("type").strip()
+        if not type_ or "(" in _ALIGN.sub("", type_):
+            return m.group(0)
+        return f"__EMU_SHARED_VAR({type_}, {_ALIGN.sub('', type_).strip()}, {m.group('name')}, {m.group('dims')});"
+    return _SHARED_DECL.sub(repl, source)
+
+
+def _user_unit(source: str, no_extern_c: bool, scan: bool, analysis: bool = False) -> str:
     body = _rewrite_dynamic_shared(source)
+    if analysis:
+        body = _rewrite_shared_for_analysis(body)
     head = '#include "cuda_emu.h"\n'
     if scan:
         head += "__EMU_USER_BEGIN__\n"
@@ -258,11 +279,14 @@ def _nvcc_command(tool: str, options: list[str], include_dirs: list[str]) -> lis
 # ---- the build ---------------------------------------------------------------
 
 def build_module(source: str, options: list[str] | None = None, include_dirs: list[str] | None = None,
-                 no_extern_c: bool = False, extra_flags: tuple[str, ...] = ("-O2",)) -> BuiltModule:
-    """Compile `source` into an emulator module (cached)."""
+                 no_extern_c: bool = False, analysis: bool = False) -> BuiltModule:
+    """Compile `source` into an emulator module (cached). An analysis build
+    calls the runtime's hooks on every memory access (analysis.cpp); nvcc has
+    already checked that source in the ordinary build."""
     options = [str(o) for o in (options or [])]
     include_dirs = [str(Path(d).resolve()) for d in (include_dirs or [])]
-    tool = nvcc()
+    extra_flags = ANALYSIS_FLAGS if analysis else ("-O2",)
+    tool = None if analysis else nvcc()
     key = _digest(source, options, include_dirs, no_extern_c, extra_flags, runtime_library().name,
                   _compiler_id(cxx()), tool and _compiler_id(tool))
     lib = cache_dir() / f"kernel-{key}.so"
@@ -289,7 +313,8 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
             host = None
             if scan.returncode == 0:
                 decl = scan_declarations(scan.stdout)
-                Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c, scan=False) + registration_code(decl))
+                Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c, scan=False, analysis=analysis) +
+                                                 registration_code(decl))
                 cmd = [cxx(), "-shared", *flags, "unit.cpp", "-o", "kernel.so"]
                 host = _run(cmd, tmp)
             nvcc_proc = nvcc_job.result() if nvcc_job else None

@@ -49,13 +49,18 @@ class _ModuleInfo(ctypes.Structure):
 def runtime() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(runtime_library()), mode=ctypes.RTLD_GLOBAL)
     lib.emu_launch.restype = ctypes.c_int
-    lib.emu_launch.argtypes = [ctypes.POINTER(_ModuleInfo), ctypes.c_int, ctypes.c_char_p,
+    lib.emu_launch.argtypes = [ctypes.POINTER(_ModuleInfo), ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
                                ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
-                               ctypes.c_size_t, ctypes.c_double, ctypes.c_ulonglong]
+                               ctypes.c_size_t, ctypes.c_double, ctypes.c_ulonglong,
+                               ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t]
     lib.emu_last_error.restype = ctypes.c_char_p
     lib.emu_take_output.restype = ctypes.c_size_t
     lib.emu_take_output.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.emu_pending_output.restype = ctypes.c_size_t
+    for name in ("emu_analysis_sites", "emu_analysis_races", "emu_analysis_findings"):
+        getattr(lib, name).restype = ctypes.c_size_t
+        getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    lib.emu_analysis_enable.argtypes = [ctypes.c_int]
     return lib
 
 
@@ -107,24 +112,40 @@ class LoadedModule:
                           for i in range(info.nglobals)}
 
     def launch(self, kernel: Kernel, params: bytes, grid: tuple[int, int, int], block: tuple[int, int, int],
-               shared: int, timeout: float, seed: int = 0) -> tuple[int, str]:
-        """Run a launch; returns (result code, error message)."""
+               shared: int, timeout: float, seed: int = 0,
+               buffers: list[tuple[int, int]] = ()) -> tuple[int, str]:
+        """Run a launch; returns (result code, error message). `buffers` are
+        the (start, size) device allocations, for the analysis's bounds checks."""
         rt = runtime()
         g = (ctypes.c_uint * 3)(*grid)
         b = (ctypes.c_uint * 3)(*block)
-        code = rt.emu_launch(self._info, kernel.index, params, g, b, shared, timeout, seed)
+        flat = (ctypes.c_size_t * (2 * len(buffers) + 1))(*[v for pair in sorted(buffers) for v in pair])
+        code = rt.emu_launch(self._info, kernel.index, params, len(params), g, b, shared, timeout, seed,
+                             flat, len(buffers))
         return code, rt.emu_last_error().decode(errors="replace") if code else ""
+
+    def base_address(self) -> int:
+        """Where the library is loaded (to turn code addresses into lines)."""
+        for kernel in self.kernels.values():
+            return _dladdr(self._info.contents.kernels[kernel.index].fn)[1]
+        return 0
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+
+def _dladdr(addr: int) -> tuple[str | None, int]:
+    """(symbol name, load base of its library) for a code address."""
+    info = _DlInfo()
+    if ctypes.CDLL(None).dladdr(ctypes.c_void_p(addr), ctypes.byref(info)):
+        return (info.sname.decode() if info.sname else None), info.fbase or 0
+    return None, 0
 
 
 def _symbol_of(rt: ctypes.CDLL, fn: int) -> str | None:
-    class DlInfo(ctypes.Structure):
-        _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
-                    ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
-    info = DlInfo()
-    libdl = ctypes.CDLL(None)
-    if libdl.dladdr(ctypes.c_void_p(fn), ctypes.byref(info)) and info.sname:
-        return info.sname.decode()
-    return None
+    return _dladdr(fn)[0]
 
 
 def take_output() -> str:

@@ -8,6 +8,13 @@ from ..runtime import LoadedModule
 from .driver import CompileError, Module
 
 DEFAULT_NVCC_FLAGS: list[str] = []
+
+
+def _load(build_args: dict, analysis: bool = False) -> LoadedModule:
+    try:
+        return LoadedModule(build_module(**build_args, analysis=analysis))
+    except BuildError as e:
+        raise CompileError(f"{e}:\n{e.log}", e.command, stderr=e.log) from None
 _RESOURCE_REPORT = re.compile(r"^\s*(ptxas info|\d+ bytes stack frame)")
 
 
@@ -17,11 +24,8 @@ class SourceModule(Module):
 
     def __init__(self, source, nvcc="nvcc", options=None, keep=False, no_extern_c=False, arch=None, code=None,
                  cache_dir=None, include_dirs=None):
-        try:
-            built = build_module(source, options=options, include_dirs=include_dirs, no_extern_c=no_extern_c)
-        except BuildError as e:
-            raise CompileError(f"{e}:\n{e.log}", e.command, stderr=e.log) from None
-        super().__init__(LoadedModule(built))
+        build_args = dict(source=source, options=options, include_dirs=include_dirs, no_extern_c=no_extern_c)
+        super().__init__(_load(build_args), lambda: _load(build_args, analysis=True))
         # What nvcc said beyond its resource report (PyCUDA would print it as a warning).
-        self.compile_log = "\n".join(line for line in built.nvcc_log.splitlines()
+        self.compile_log = "\n".join(line for line in self._loaded.built.nvcc_log.splitlines()
                                      if line.strip() and not _RESOURCE_REPORT.match(line))

@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 
-from .. import config
-from ..memory import DeviceAllocation, device_view, bytes_in_use
+from .. import analysis, config
+from ..memory import DeviceAllocation, bytes_in_use, device_view, live_ranges
 from ..runtime import (FAULT, INVALID, LAUNCH_FAILURE, TIMEOUT, TRAP, Kernel, LoadedModule,
                        pack_arguments, take_output)
 
@@ -390,8 +390,18 @@ class function_attribute:  # noqa: N801
 
 
 class Module:
-    def __init__(self, loaded: LoadedModule):
+    def __init__(self, loaded: LoadedModule, build_for_analysis=None):
         self._loaded = loaded
+        self._build_for_analysis = build_for_analysis
+        self._analysis_module: LoadedModule | None = None
+
+    def analysis_variant(self) -> LoadedModule:
+        """The same source built with a hook on every memory access."""
+        if self._analysis_module is None:
+            if self._build_for_analysis is None:
+                raise LogicError("this module cannot be analysed (it was not built from source)")
+            self._analysis_module = self._build_for_analysis()
+        return self._analysis_module
 
     def get_function(self, name: str) -> Function:
         kernel = self._loaded.kernels.get(name)
@@ -399,7 +409,7 @@ class Module:
             known = ", ".join(sorted({k.name for k in self._loaded.kernels.values()})) or "none"
             raise LogicError(f"cuModuleGetFunction failed: named symbol not found: '{name}' "
                              f"(kernels in this module: {known})")
-        return Function(self._loaded, kernel)
+        return Function(self._loaded, kernel, self)
 
     def get_global(self, name: str) -> tuple[int, int]:
         if name not in self._loaded.variables:
@@ -440,9 +450,10 @@ def _argument_values(args) -> tuple[list, list]:
 
 
 class Function:
-    def __init__(self, loaded: LoadedModule, kernel: Kernel):
+    def __init__(self, loaded: LoadedModule, kernel: Kernel, module: Module):
         self._loaded = loaded
         self._kernel = kernel
+        self._module = module
         self.arg_format = None
         self._max_dynamic_shared = _DEVICE_VALUES["MAX_SHARED_MEMORY_PER_BLOCK"]
         res = loaded.built.resources.get(kernel.symbol) or loaded.built.resources.get(kernel.name)
@@ -531,13 +542,34 @@ class Function:
         grid3, block3 = _dims(grid, "grid"), _dims(block, "block")
         self._check_config(grid3, block3, int(shared))
         params = pack_arguments(self._kernel, values)
+        if analysis.active() is not None:
+            return self._launch_analysed(values, params, grid3, block3, int(shared))
         code, message = self._loaded.launch(self._kernel, params, grid3, block3, int(shared),
                                              config.launch_timeout(), config.thread_order_seed())
+        self._finish(code, message)
+
+    def _finish(self, code: int, message: str) -> None:
         printed = take_output()
         if printed:
             sys.stdout.write(printed)
         if code:
             raise LaunchError(f"cuLaunchKernel failed: {message}", _LAUNCH_KINDS.get(code, "launch"))
+
+    def _launch_analysed(self, values, params, grid, block, shared) -> None:
+        """The launch on the analysis build of the module, its module variables
+        copied in and out, its findings added to the active report."""
+        loaded = self._module.analysis_variant()
+        kernel = loaded.kernels[self._kernel.name]
+        _copy_variables(self._loaded, loaded)
+        buffers = live_ranges()
+        names = [_buffer_name(start, size, values, self._kernel) for start, size in sorted(buffers)]
+        code, message = loaded.launch(kernel, params, grid, block, shared, config.launch_timeout(),
+                                      config.thread_order_seed(), buffers)
+        _copy_variables(loaded, self._loaded)
+        findings = analysis.collect(loaded, kernel.name, block, names)
+        if code == FAULT and findings:
+            message = findings[0].describe()
+        self._finish(code, message)
 
     def _check_config(self, grid, block, shared) -> None:
         limits = _DEVICE_VALUES
@@ -573,6 +605,21 @@ def _prepared_value(char: str, arg) -> tuple[str, object]:
     if char in "PlLqQ" and isinstance(arg, int) and find_allocation(arg) is not None:
         return "P", arg
     return char, arg
+
+
+def _copy_variables(src: LoadedModule, dest: LoadedModule) -> None:
+    import ctypes
+    for name, (addr, size) in src.variables.items():
+        if name in dest.variables:
+            ctypes.memmove(dest.variables[name][0], addr, size)
+
+
+def _buffer_name(start: int, size: int, values, kernel: Kernel) -> str:
+    """A device allocation as the student knows it: the argument pointing into it."""
+    for i, (char, value) in enumerate(values):
+        if char == "P" and start <= value < start + max(size, 1):
+            return f"argument {i} ({kernel.params[i].type_name}, a {size}-byte buffer)"
+    return f"a {size}-byte device buffer that is not an argument of the launch"
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:

@@ -56,6 +56,15 @@ static const int warpSize = 32;
 
 #define __EMU_DYNAMIC_SHARED(type, name) type* const name = reinterpret_cast<type*>(__emu_dynamic_shared)
 
+// Analysis builds declare each __shared__ variable as a reference to its
+// storage through a pointer the compiler cannot see through: the sanitizer
+// instrumentation skips constant-index accesses to a static array it can
+// prove in bounds, and every shared access must reach the analysis.
+template <class T> static inline T* __emu_opaque(T* p) { __asm__("" : "+r"(p)); return p; }
+#define __EMU_SHARED_VAR(type, plain_type, name, dims) \
+    __attribute__((section("emu_shared"))) static type name##__emu_storage dims; \
+    plain_type (&name) dims = *__emu_opaque(&name##__emu_storage)
+
 // ---- vector types -----------------------------------------------------------
 #define EMU_VEC2(T, N, A) struct __attribute__((aligned(A))) N##2 { T x, y; }; \
     static inline N##2 make_##N##2(T x, T y) { return N##2{x, y}; }

@@ -1,0 +1,271 @@
+"""What the emulator's analysis mode reports: shared-memory bank conflicts per
+source line (defined like Nsight Compute's counters), shared-memory races,
+and out-of-bounds or misaligned accesses (like compute-sanitizer memcheck).
+
+    with grader.emulator.analyze() as report:
+        kernel(..., block=..., grid=...)       # ordinary PyCUDA launches
+    print(report)                              # or report.bank_conflicts, .races, .out_of_bounds
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from .runtime import runtime
+
+RACE_KINDS = {0: "read after write", 1: "write after read", 2: "write after write"}
+FINDING_KINDS = {0: "out of bounds", 1: "misaligned"}
+
+
+class _Uint3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+    def tuple(self) -> tuple[int, int, int]:
+        return (self.x, self.y, self.z)
+
+
+class _SiteStats(ctypes.Structure):
+    _fields_ = [("pc", ctypes.c_size_t), ("store", ctypes.c_int), ("size", ctypes.c_int),
+                ("requests", ctypes.c_ulonglong), ("wavefronts", ctypes.c_ulonglong),
+                ("ideal_wavefronts", ctypes.c_ulonglong), ("max_ways", ctypes.c_int),
+                ("worst_conflicts", ctypes.c_int), ("worst_lanes", ctypes.c_uint), ("worst_warp", ctypes.c_uint),
+                ("worst_block", _Uint3), ("worst_addr", ctypes.c_size_t * 32)]
+
+
+class _Race(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("pc_a", ctypes.c_size_t), ("pc_b", ctypes.c_size_t),
+                ("tid_a", ctypes.c_uint), ("tid_b", ctypes.c_uint), ("block", _Uint3),
+                ("addr", ctypes.c_size_t), ("count", ctypes.c_ulonglong)]
+
+
+class _Finding(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("store", ctypes.c_int), ("size", ctypes.c_int), ("pc", ctypes.c_size_t),
+                ("tid", ctypes.c_uint), ("block", _Uint3), ("addr", ctypes.c_size_t),
+                ("buffer", ctypes.c_longlong), ("offset", ctypes.c_longlong), ("shared", ctypes.c_int)]
+
+
+@dataclass
+class BankConflicts:
+    """One shared-memory access site (a source line, load or store)."""
+    kernel: str
+    line: int
+    op: str                  # "ld" or "st"
+    width: int               # bytes per thread
+    requests: int
+    wavefronts: int
+    ideal_wavefronts: int
+    max_ways: int
+    picture: str             # the worst request's lanes per bank
+
+    @property
+    def conflicts(self) -> int:
+        return self.wavefronts - self.ideal_wavefronts
+
+    def describe(self) -> str:
+        if not self.conflicts:
+            return f"line {self.line} ({self.op}, {self.width} B): no bank conflicts in {self.requests} requests"
+        return (f"line {self.line} ({self.op}, {self.width} B): {self.max_ways}-way bank conflict; "
+                f"{self.wavefronts} wavefronts for {self.requests} requests (ideal {self.ideal_wavefronts})")
+
+
+@dataclass
+class Race:
+    kernel: str
+    kind: str
+    line_a: int              # the earlier access
+    line_b: int              # the access that conflicts with it
+    thread_a: tuple[int, int, int]
+    thread_b: tuple[int, int, int]
+    block: tuple[int, int, int]
+    count: int
+
+    def describe(self) -> str:
+        return (f"shared-memory race ({self.kind}) in '{self.kernel}': line {self.line_a} (thread {self.thread_a}) "
+                f"and line {self.line_b} (thread {self.thread_b}) of block {self.block} touch the same word with no "
+                f"__syncthreads() between them ({self.count} time(s))")
+
+
+@dataclass
+class Finding:
+    kernel: str
+    kind: str                # "out of bounds" or "misaligned"
+    op: str
+    size: int
+    line: int
+    thread: tuple[int, int, int]
+    block: tuple[int, int, int]
+    address: int
+    buffer: str
+    offset: int
+    shared: bool
+
+    def describe(self) -> str:
+        what = "read" if self.op == "ld" else "write"
+        where = f"kernel '{self.kernel}', line {self.line}, block {self.block}, thread {self.thread}"
+        if self.kind == "misaligned":
+            space = "shared" if self.shared else "global"
+            return (f"{where}: misaligned address: a {self.size}-byte {space} {what} at 0x{self.address:x}, "
+                    f"which is not a multiple of {min(self.size, 16)}")
+        return (f"{where}: out-of-bounds {self.size}-byte {what} at 0x{self.address:x}: {self.offset:+d} bytes from "
+                f"the start of {self.buffer}")
+
+
+@dataclass
+class Report:
+    bank_conflicts: list[BankConflicts] = field(default_factory=list)
+    races: list[Race] = field(default_factory=list)
+    out_of_bounds: list[Finding] = field(default_factory=list)
+    launches: int = 0
+
+    @property
+    def conflicts_ld(self) -> int:
+        return sum(s.conflicts for s in self.bank_conflicts if s.op == "ld")
+
+    @property
+    def conflicts_st(self) -> int:
+        return sum(s.conflicts for s in self.bank_conflicts if s.op == "st")
+
+    def worst(self) -> BankConflicts | None:
+        conflicting = [s for s in self.bank_conflicts if s.conflicts]
+        return max(conflicting, key=lambda s: (s.max_ways, s.conflicts)) if conflicting else None
+
+    def __str__(self) -> str:
+        rows = [f"{self.launches} launch(es) analysed",
+                f"bank conflicts: {self.conflicts_ld} on loads, {self.conflicts_st} on stores"]
+        rows += ["  " + s.describe() for s in sorted(self.bank_conflicts, key=lambda s: (s.kernel, s.line, s.op))]
+        worst = self.worst()
+        if worst:
+            rows += [f"worst request, line {worst.line}:", worst.picture]
+        rows += [f"races: {len(self.races)}"] + ["  " + r.describe() for r in self.races]
+        rows += [f"out-of-bounds or misaligned accesses: {len(self.out_of_bounds)}"]
+        rows += ["  " + f.describe() for f in self.out_of_bounds]
+        return "\n".join(rows)
+
+
+_active: list[Report] = []
+
+
+@contextlib.contextmanager
+def analyze():
+    """Analyse every emulated launch inside the block."""
+    report = Report()
+    _active.append(report)
+    runtime().emu_analysis_enable(1)
+    try:
+        yield report
+    finally:
+        _active.pop()
+        runtime().emu_analysis_enable(1 if _active else 0)
+
+
+def active() -> Report | None:
+    return _active[-1] if _active else None
+
+
+def bank_picture(addresses: list[int], lanes: int, width: int) -> str:
+    """The lanes of one warp request and the bank (4-byte word mod 32) each
+    one starts in, with the busiest bank of each phase named."""
+    active = [lane for lane in range(32) if lanes >> lane & 1]
+    rows = ["lane " + " ".join(f"{lane:2d}" for lane in active),
+            "bank " + " ".join(f"{addresses[lane] // 4 % 32:2d}" for lane in active)]
+    per_phase = 32 if width <= 4 else 16 if width == 8 else 8
+    for p0 in range(0, 32, per_phase):
+        words: dict[int, dict[int, list[int]]] = {}
+        for lane in (l for l in active if p0 <= l < p0 + per_phase):
+            for word in range(addresses[lane] // 4, (addresses[lane] + max(width, 1) - 1) // 4 + 1):
+                words.setdefault(word % 32, {}).setdefault(word, []).append(lane)
+        if words:
+            bank, distinct = max(words.items(), key=lambda kv: len(kv[1]))
+            phase = f"lanes {p0}-{p0 + per_phase - 1}: " if per_phase < 32 else ""
+            rows.append(f"{phase}bank {bank} holds {len(distinct)} distinct word(s), "
+                        f"from lanes {', '.join(str(ls[0]) for ls in distinct.values())}")
+    return "\n".join(rows)
+
+
+def _thread(linear: int, block_dims: tuple[int, int, int]) -> tuple[int, int, int]:
+    bx, by, _ = block_dims
+    return (linear % bx, linear // bx % by, linear // (bx * by))
+
+
+def collect(loaded, kernel_name: str, block_dims, buffer_names: list[str]) -> list[Finding]:
+    """Move the runtime's results for one launch into the active report;
+    returns the launch's fatal findings (out of bounds, misaligned)."""
+    rt = runtime()
+    report = active()
+    lines = _LineMap(loaded)
+
+    n = rt.emu_analysis_sites(None, 0)
+    sites = (_SiteStats * n)()
+    rt.emu_analysis_sites(sites, n)
+    for s in sites:
+        report.bank_conflicts.append(BankConflicts(
+            kernel_name, lines(s.pc), "st" if s.store else "ld", s.size, s.requests, s.wavefronts,
+            s.ideal_wavefronts, s.max_ways, bank_picture(list(s.worst_addr), s.worst_lanes, s.size)))
+    n = rt.emu_analysis_races(None, 0)
+    races = (_Race * n)()
+    rt.emu_analysis_races(races, n)
+    for r in races:
+        report.races.append(Race(kernel_name, RACE_KINDS[r.kind], lines(r.pc_a), lines(r.pc_b),
+                                 _thread(r.tid_a, block_dims), _thread(r.tid_b, block_dims), r.block.tuple(),
+                                 r.count))
+    n = rt.emu_analysis_findings(None, 0)
+    found = (_Finding * n)()
+    rt.emu_analysis_findings(found, n)
+    findings = [Finding(kernel_name, FINDING_KINDS[f.kind], "st" if f.store else "ld", f.size, lines(f.pc),
+                        _thread(f.tid, block_dims), f.block.tuple(), f.addr,
+                        "shared memory" if f.shared else
+                        buffer_names[f.buffer] if 0 <= f.buffer < len(buffer_names) else "no buffer",
+                        f.offset, bool(f.shared)) for f in found]
+    report.out_of_bounds += findings
+    report.launches += 1
+    rt.emu_analysis_clear()
+    _merge_sites(report)
+    return findings
+
+
+def _merge_sites(report: Report) -> None:
+    """One record per kernel, line and op, whatever number of launches."""
+    merged: dict[tuple, BankConflicts] = {}
+    for s in report.bank_conflicts:
+        key = (s.kernel, s.line, s.op)
+        m = merged.get(key)
+        if m is None:
+            merged[key] = BankConflicts(**vars(s))
+            continue
+        if s.wavefronts - s.ideal_wavefronts > m.wavefronts - m.ideal_wavefronts:
+            m.picture = s.picture
+        m.requests += s.requests
+        m.wavefronts += s.wavefronts
+        m.ideal_wavefronts += s.ideal_wavefronts
+        m.max_ways = max(m.max_ways, s.max_ways)
+        m.width = max(m.width, s.width)
+    report.bank_conflicts[:] = list(merged.values())
+
+
+class _LineMap:
+    """Code address -> line of the student's source (through addr2line)."""
+
+    def __init__(self, loaded):
+        self.path = str(loaded.built.library)
+        self.base = loaded.base_address()
+
+    def __call__(self, pc: int) -> int:
+        return _line_of(self.path, pc - self.base - 1)
+
+
+@lru_cache(maxsize=65536)
+def _line_of(path: str, offset: int) -> int:
+    tool = shutil.which("addr2line")
+    if not tool or offset < 0:
+        return 0
+    out = subprocess.run([tool, "-e", path, "-i", hex(offset)], capture_output=True, text=True).stdout
+    for row in out.splitlines():
+        name, _, line = row.rpartition(":")
+        if name.endswith("kernel.cu"):
+            digits = line.split(" ")[0]
+            return int(digits) if digits.isdigit() else 0
+    return 0

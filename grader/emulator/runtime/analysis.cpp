@@ -1,0 +1,309 @@
+// Analysis mode (see analysis.h). Threads of a block run one after another,
+// so a warp's request is assembled from its lanes' n-th execution of the same
+// access site, and a race is two threads touching one shared word in the same
+// barrier interval without a warp-level sync between them.
+#include "analysis.h"
+
+#include <dlfcn.h>
+#include <link.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+extern "C" {
+extern uint3 blockIdx;
+}
+
+namespace emu {
+namespace analysis {
+
+static bool active;
+static LaunchRanges R;
+static uintptr_t module_lo, module_hi, runtime_lo, runtime_hi;
+static uint3 block;
+static unsigned epoch = 1;  // barrier intervals, increasing across blocks
+static std::vector<unsigned> warp_epoch;
+
+// Per-thread count of executions of each access site: a tiny open hash.
+struct Occurrence { uintptr_t pc; unsigned count; };
+static const unsigned kSitesPerThread = 256;
+static std::vector<Occurrence> occurrences;
+
+struct RequestKey {
+    unsigned warp;
+    unsigned occurrence;
+    uintptr_t pc;
+    bool operator==(const RequestKey& o) const { return warp == o.warp && occurrence == o.occurrence && pc == o.pc; }
+};
+struct RequestKeyHash {
+    size_t operator()(const RequestKey& k) const { return (k.pc * 31 + k.warp) * 1000003u + k.occurrence; }
+};
+struct Request {
+    int size;
+    bool store;
+    unsigned lanes;
+    uintptr_t addr[32];
+};
+static std::unordered_map<RequestKey, Request, RequestKeyHash> requests;
+static std::map<std::pair<uintptr_t, int>, EmuSiteStats> sites;
+
+struct Shadow {
+    unsigned write_epoch, write_wepoch, read_epoch, read_wepoch;
+    int write_tid, read_tid;  // read_tid -2: several readers
+    uintptr_t write_pc, read_pc;
+};
+static std::vector<Shadow> shadow;  // static shared words, then dynamic ones
+static std::map<std::tuple<int, uintptr_t, uintptr_t>, EmuRace> races;
+static std::vector<EmuFinding> findings;
+
+static void image_range(const void* addr, uintptr_t* lo, uintptr_t* hi) {
+    Dl_info info;
+    *lo = *hi = 0;
+    if (!dladdr(addr, &info)) return;
+    struct Ctx { uintptr_t base, lo, hi; } ctx{reinterpret_cast<uintptr_t>(info.dli_fbase), UINTPTR_MAX, 0};
+    dl_iterate_phdr([](dl_phdr_info* i, size_t, void* p) {
+        auto* c = static_cast<Ctx*>(p);
+        uintptr_t lo = UINTPTR_MAX, hi = 0;
+        for (int k = 0; k < i->dlpi_phnum; k++) {
+            if (i->dlpi_phdr[k].p_type != PT_LOAD) continue;
+            lo = std::min<uintptr_t>(lo, i->dlpi_addr + i->dlpi_phdr[k].p_vaddr);
+            hi = std::max<uintptr_t>(hi, i->dlpi_addr + i->dlpi_phdr[k].p_vaddr + i->dlpi_phdr[k].p_memsz);
+        }
+        if (c->base >= lo && c->base < hi) { c->lo = lo; c->hi = hi; return 1; }
+        return 0;
+    }, &ctx);
+    *lo = ctx.lo;
+    *hi = ctx.hi;
+}
+
+bool enabled() { return active; }
+
+void begin_launch(const LaunchRanges& r, int nthreads) {
+    R = r;
+    image_range(r.module_fn, &module_lo, &module_hi);
+    image_range(reinterpret_cast<const void*>(&begin_launch), &runtime_lo, &runtime_hi);
+    occurrences.assign(size_t(nthreads) * kSitesPerThread, Occurrence{0, 0});
+    warp_epoch.assign(size_t((nthreads + 31) / 32), 0);
+    shadow.assign(size_t(r.shared_hi - r.shared_lo) / 4 + r.dynamic_size / 4 + 1, Shadow{});
+    findings.clear();
+}
+
+void begin_block(uint3 b) {
+    block = b;
+    epoch++;
+    std::fill(occurrences.begin(), occurrences.end(), Occurrence{0, 0});
+    requests.clear();
+}
+
+void barrier_released() { epoch++; }
+void warp_released(unsigned warp) { warp_epoch[warp]++; }
+
+// ---- bank conflicts -----------------------------------------------------------
+// 32 banks of 4 bytes. A request is served in phases: the whole warp for
+// accesses up to 4 bytes, half-warps for 8 bytes, quarter-warps for 16. In a
+// phase, each bank serves one distinct 4-byte word per wavefront (lanes that
+// touch the same word share it).
+static void evaluate(const RequestKey& key, const Request& q) {
+    int lanes_per_phase = q.size <= 4 ? 32 : q.size == 8 ? 16 : 8;
+    unsigned long long wavefronts = 0, ideal = 0;
+    int max_ways = 0;
+    for (int p0 = 0; p0 < 32; p0 += lanes_per_phase) {
+        uintptr_t words[32][32];  // a phase touches at most 32 words
+        int nwords[32] = {0};
+        bool any = false;
+        for (int lane = p0; lane < p0 + lanes_per_phase; lane++) {
+            if (!((q.lanes >> lane) & 1)) continue;
+            any = true;
+            uintptr_t first = q.addr[lane] / 4, last = (q.addr[lane] + std::max(q.size, 1) - 1) / 4;
+            for (uintptr_t w = first; w <= last; w++) {
+                int bank = int(w % 32);
+                bool seen = false;
+                for (int i = 0; i < nwords[bank]; i++) seen |= words[bank][i] == w;
+                if (!seen) words[bank][nwords[bank]++] = w;
+            }
+        }
+        if (!any) continue;
+        int ways = 0;
+        for (int b = 0; b < 32; b++) ways = std::max(ways, nwords[b]);
+        wavefronts += ways;
+        ideal += 1;
+        max_ways = std::max(max_ways, ways);
+    }
+    EmuSiteStats& s = sites[{key.pc, q.store}];
+    if (!s.requests) { s.pc = key.pc; s.store = q.store; s.size = q.size; s.worst_conflicts = -1; }
+    s.requests++;
+    s.wavefronts += wavefronts;
+    s.ideal_wavefronts += ideal;
+    s.max_ways = std::max(s.max_ways, max_ways);
+    int conflicts = int(wavefronts - ideal);
+    if (conflicts > s.worst_conflicts) {
+        s.worst_conflicts = conflicts;
+        s.worst_lanes = q.lanes;
+        s.worst_warp = key.warp;
+        s.worst_block = block;
+        std::copy(q.addr, q.addr + 32, s.worst_addr);
+    }
+}
+
+void end_block() {
+    for (auto& kv : requests) evaluate(kv.first, kv.second);
+    requests.clear();
+}
+
+static unsigned next_occurrence(unsigned thread, uintptr_t pc) {
+    Occurrence* table = &occurrences[size_t(thread) * kSitesPerThread];
+    unsigned h = unsigned((pc >> 2) * 2654435761u) % kSitesPerThread;
+    for (unsigned i = 0; i < kSitesPerThread; i++) {
+        Occurrence& o = table[(h + i) % kSitesPerThread];
+        if (o.pc == pc) return o.count++;
+        if (o.pc == 0) { o.pc = pc; return o.count++; }
+    }
+    return 0;  // more sites than the table holds: group them as first executions
+}
+
+// ---- races ----------------------------------------------------------------------
+static bool ordered_in_warp(int other, unsigned other_wepoch, unsigned me) {
+    return unsigned(other) / 32 == me / 32 && warp_epoch[me / 32] > other_wepoch;
+}
+
+static void race(int kind, uintptr_t pc_a, int tid_a, uintptr_t pc_b, unsigned tid_b, uintptr_t addr) {
+    auto key = std::make_tuple(kind, pc_a, pc_b);
+    auto it = races.find(key);
+    if (it != races.end()) { it->second.count++; return; }
+    if (races.size() >= 256) return;
+    races[key] = EmuRace{kind, pc_a, pc_b, unsigned(tid_a), tid_b, block, addr, 1};
+}
+
+static void check_race(Shadow& w, bool store, unsigned me, uintptr_t pc, uintptr_t addr) {
+    unsigned we = warp_epoch[me / 32];
+    if (w.write_epoch == epoch && w.write_tid != int(me) && !ordered_in_warp(w.write_tid, w.write_wepoch, me))
+        race(store ? 2 : 0, w.write_pc, w.write_tid, pc, me, addr);
+    if (store) {
+        if (w.read_epoch == epoch && w.read_tid != int(me) &&
+            (w.read_tid == -2 || !ordered_in_warp(w.read_tid, w.read_wepoch, me)))
+            race(1, w.read_pc, w.read_tid, pc, me, addr);
+        w.write_epoch = epoch;
+        w.write_wepoch = we;
+        w.write_tid = int(me);
+        w.write_pc = pc;
+        w.read_epoch = 0;
+    } else if (w.read_epoch == epoch && w.read_tid != int(me)) {
+        w.read_tid = -2;
+    } else if (w.read_epoch != epoch) {
+        w.read_epoch = epoch;
+        w.read_wepoch = we;
+        w.read_tid = int(me);
+        w.read_pc = pc;
+    }
+}
+
+// ---- the hook -------------------------------------------------------------------
+static void record_finding(int kind, bool store, int size, uintptr_t pc, unsigned me, uintptr_t a, bool shared) {
+    EmuFinding f{kind, store, size, pc, me, block, a, -1, 0, shared};
+    if (!shared && R.nbuffers) {
+        // the nearest buffer below the address (or the first one)
+        size_t i = 0;
+        while (i + 1 < R.nbuffers && R.buffers[2 * (i + 1)] <= a) i++;
+        f.buffer = (long long)i;
+        f.offset = (long long)(a - R.buffers[2 * i]);
+    } else if (shared) {
+        f.offset = (long long)(a - reinterpret_cast<uintptr_t>(R.shared_lo));
+    }
+    findings.push_back(f);
+    fail_with_finding();
+}
+
+static void access(const void* p, int size, bool store, uintptr_t pc) {
+    unsigned me;
+    if (!active || !current_thread(&me)) return;
+    auto a = reinterpret_cast<uintptr_t>(p);
+    auto in = [a, size](const void* lo, size_t n) {
+        auto l = reinterpret_cast<uintptr_t>(lo);
+        return a >= l && a + size <= l + n;
+    };
+    bool in_static = in(R.shared_lo, size_t(R.shared_hi - R.shared_lo));
+    bool in_dynamic = !in_static && R.dynamic_size && in(R.dynamic_lo, R.dynamic_size);
+    if (in_static || in_dynamic) {
+        if (size > 1 && a % uintptr_t(std::min(size, 16)) != 0)
+            record_finding(1, store, size, pc, me, a, true);
+        Request& q = requests[RequestKey{me / 32, next_occurrence(me, pc), pc}];
+        if (!q.lanes) { q.size = size; q.store = store; }
+        q.lanes |= 1u << (me % 32);
+        // Offsets from the start of shared memory, as on the GPU (bank 0 there).
+        q.addr[me % 32] = a - reinterpret_cast<uintptr_t>(in_static ? (void*)R.shared_lo : (void*)R.dynamic_lo);
+        size_t base = in_static ? (a - reinterpret_cast<uintptr_t>(R.shared_lo)) / 4
+                                : size_t(R.shared_hi - R.shared_lo) / 4 + (a - reinterpret_cast<uintptr_t>(R.dynamic_lo)) / 4;
+        for (int w = 0; w < (size + 3) / 4; w++) check_race(shadow[base + w], store, me, pc, a);
+        return;
+    }
+    if (on_fiber_stack(p) || (a >= module_lo && a < module_hi) || (a >= runtime_lo && a < runtime_hi) ||
+        in(R.params, R.params_size) || in(R.warp_slots, R.warp_slots_size))
+        return;
+    // global memory: inside one of the launch's buffers, naturally aligned
+    const uintptr_t* b = R.buffers;
+    size_t lo = 0, hi = R.nbuffers;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (b[2 * mid] <= a) lo = mid + 1; else hi = mid;
+    }
+    bool inside = lo > 0 && a + size <= b[2 * (lo - 1)] + b[2 * (lo - 1) + 1];
+    if (!inside) record_finding(0, store, size, pc, me, a, false);
+    if (size > 1 && a % uintptr_t(std::min(size, 16)) != 0) record_finding(1, store, size, pc, me, a, false);
+}
+
+}  // namespace analysis
+}  // namespace emu
+
+using emu::analysis::access;
+
+// GCC's instrumentation entry points (-fsanitize=kernel-address, calls mode).
+#define EMU_HOOKS(n)                                                                                      \
+    extern "C" void __asan_load##n##_noabort(void* p) { access(p, n, false, (uintptr_t)__builtin_return_address(0)); } \
+    extern "C" void __asan_store##n##_noabort(void* p) { access(p, n, true, (uintptr_t)__builtin_return_address(0)); }
+EMU_HOOKS(1)
+EMU_HOOKS(2)
+EMU_HOOKS(4)
+EMU_HOOKS(8)
+EMU_HOOKS(16)
+extern "C" void __asan_loadN_noabort(void* p, size_t n) { access(p, int(n), false, (uintptr_t)__builtin_return_address(0)); }
+extern "C" void __asan_storeN_noabort(void* p, size_t n) { access(p, int(n), true, (uintptr_t)__builtin_return_address(0)); }
+extern "C" void __asan_handle_no_return(void) {}
+extern "C" void __asan_register_globals(void*, size_t) {}
+extern "C" void __asan_unregister_globals(void*, size_t) {}
+extern "C" void __asan_before_dynamic_init(const char*) {}
+extern "C" void __asan_after_dynamic_init(void) {}
+
+// ---- host API -----------------------------------------------------------------------
+extern "C" void emu_analysis_enable(int on) {
+    emu::analysis::active = on != 0;
+    emu::analysis::sites.clear();
+    emu::analysis::races.clear();
+    emu::analysis::findings.clear();
+}
+
+extern "C" size_t emu_analysis_sites(EmuSiteStats* out, size_t cap) {
+    size_t n = 0;
+    for (auto& kv : emu::analysis::sites) if (n < cap) out[n++] = kv.second;
+    return emu::analysis::sites.size();
+}
+
+extern "C" size_t emu_analysis_races(EmuRace* out, size_t cap) {
+    size_t n = 0;
+    for (auto& kv : emu::analysis::races) if (n < cap) out[n++] = kv.second;
+    return emu::analysis::races.size();
+}
+
+extern "C" size_t emu_analysis_findings(EmuFinding* out, size_t cap) {
+    size_t n = std::min(cap, emu::analysis::findings.size());
+    std::copy(emu::analysis::findings.begin(), emu::analysis::findings.begin() + n, out);
+    return emu::analysis::findings.size();
+}
+
+extern "C" void emu_analysis_clear(void) {
+    emu::analysis::sites.clear();
+    emu::analysis::races.clear();
+    emu::analysis::findings.clear();
+}

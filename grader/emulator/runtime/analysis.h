@@ -1,0 +1,80 @@
+// Analysis mode: kernels built with GCC's address-sanitizer instrumentation
+// call a hook before every load and store (analysis.cpp). Shared-memory
+// accesses are grouped into warp requests for the bank-conflict rule and
+// checked for races against a shadow of shared memory; global accesses are
+// checked against the launch's buffers and for alignment.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "emu_abi.h"
+
+namespace emu {
+namespace analysis {
+
+// What the scheduler tells the analysis (runtime.cpp calls these).
+struct LaunchRanges {
+    char* shared_lo;
+    char* shared_hi;
+    unsigned char* dynamic_lo;
+    size_t dynamic_size;
+    const unsigned char* params;
+    size_t params_size;
+    const void* module_fn;     // any function of the kernel's module
+    const uintptr_t* buffers;  // sorted (start, size) pairs of device allocations
+    size_t nbuffers;
+    const void* warp_slots;
+    size_t warp_slots_size;
+};
+
+bool enabled();
+void begin_launch(const LaunchRanges& r, int nthreads);
+void begin_block(uint3 block);
+void end_block();
+void barrier_released();
+void warp_released(unsigned warp);
+
+}  // namespace analysis
+
+// What the analysis needs from the scheduler.
+bool current_thread(unsigned* linear);  // false outside a kernel
+bool on_fiber_stack(const void* p);
+[[noreturn]] void fail_with_finding();
+
+}  // namespace emu
+
+// ---- results, read by grader/emulator/analysis.py through ctypes ----------
+extern "C" {
+struct EmuSiteStats {
+    uintptr_t pc;
+    int store;
+    int size;
+    unsigned long long requests, wavefronts, ideal_wavefronts;
+    int max_ways;
+    int worst_conflicts;
+    unsigned worst_lanes;
+    unsigned worst_warp;
+    uint3 worst_block;
+    uintptr_t worst_addr[32];
+};
+struct EmuRace {
+    int kind;  // 0 read after write, 1 write after read, 2 write after write
+    uintptr_t pc_a, pc_b;
+    unsigned tid_a, tid_b;  // linear thread ids in the block
+    uint3 block;
+    uintptr_t addr;
+    unsigned long long count;
+};
+struct EmuFinding {
+    int kind;  // 0 out of bounds, 1 misaligned
+    int store;
+    int size;
+    uintptr_t pc;
+    unsigned tid;  // linear thread id in the block
+    uint3 block;
+    uintptr_t addr;
+    long long buffer;    // index into the buffers passed to the launch, -1 none
+    long long offset;    // from that buffer's start
+    int shared;
+};
+}

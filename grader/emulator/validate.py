@@ -1,0 +1,261 @@
+"""The emulator's analysis against the hardware's own tools, side by side:
+Nsight Compute's shared-memory bank-conflict counters and compute-sanitizer's
+racecheck and memcheck, on the same kernels.
+
+    python -m grader.emulator.validate --out results/h200      # on a GPU machine with ncu
+    python -m grader.emulator.validate --emulator-only         # anywhere
+
+It writes validation.md (the table and the command) and validation.json.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Shared-memory patterns: each kernel fills s[] from global memory, waits, and
+# reads it back with the pattern in its name (one block of 256 threads).
+PATTERNS = r"""
+#define FILL(T, N) __shared__ T s[N]; \
+    for (int i = threadIdx.x; i < N * (int)sizeof(T) / 4; i += blockDim.x) ((float*)s)[i] = in[i]; __syncthreads();
+extern "C" __global__ void transpose_32x32(const float* in, float* out) {
+    __shared__ float t[32][32];
+    int x = threadIdx.x, y = threadIdx.y;
+    t[y][x] = in[y * 32 + x];
+    __syncthreads();
+    out[y * 32 + x] = t[x][y];
+}
+extern "C" __global__ void transpose_32x33(const float* in, float* out) {
+    __shared__ float t[32][33];
+    int x = threadIdx.x, y = threadIdx.y;
+    t[y][x] = in[y * 32 + x];
+    __syncthreads();
+    out[y * 32 + x] = t[x][y];
+}
+extern "C" __global__ void read_stride_1(const float* in, float* out) {
+    FILL(float, 8192)
+    out[threadIdx.x] = s[threadIdx.x];
+}
+extern "C" __global__ void read_stride_2(const float* in, float* out) {
+    FILL(float, 8192)
+    out[threadIdx.x] = s[2 * threadIdx.x];
+}
+extern "C" __global__ void read_stride_32(const float* in, float* out) {
+    FILL(float, 8192)
+    out[threadIdx.x] = s[32 * threadIdx.x];
+}
+extern "C" __global__ void read_broadcast(const float* in, float* out) {
+    FILL(float, 8192)
+    out[threadIdx.x] = s[7];
+}
+extern "C" __global__ void read_float2(const float* in, float* out) {
+    FILL(float2, 1024)
+    float2 v = s[threadIdx.x];
+    out[threadIdx.x] = v.x + v.y;
+}
+extern "C" __global__ void read_float2_stride_2(const float* in, float* out) {
+    FILL(float2, 1024)
+    float2 v = s[2 * threadIdx.x];
+    out[threadIdx.x] = v.x + v.y;
+}
+extern "C" __global__ void read_float4(const float* in, float* out) {
+    FILL(float4, 1024)
+    float4 v = s[threadIdx.x];
+    out[threadIdx.x] = v.x + v.y + v.z + v.w;
+}
+extern "C" __global__ void read_float4_stride_2(const float* in, float* out) {
+    FILL(float4, 1024)
+    float4 v = s[2 * threadIdx.x];
+    out[threadIdx.x] = v.x + v.y + v.z + v.w;
+}
+extern "C" __global__ void write_stride_32(const float* in, float* out) {
+    __shared__ float s[8192];
+    s[32 * threadIdx.x] = in[threadIdx.x];
+    __syncthreads();
+    out[threadIdx.x] = s[32 * ((threadIdx.x + 1) % blockDim.x)];
+}
+"""
+
+# Kernels with a bug each: a reduction without barriers, an out-of-bounds
+# read, a misaligned float4 read.
+BUGS = r"""
+extern "C" __global__ void racy_reduction(const float* in, float* out) {
+    __shared__ float s[256];
+    int t = threadIdx.x;
+    s[t] = in[t];
+    for (int stride = 128; stride > 0; stride /= 2)
+        if (t < stride) s[t] += s[t + stride];       // no __syncthreads() in the loop
+    if (t == 0) out[0] = s[0];
+}
+extern "C" __global__ void out_of_bounds_read(const float* in, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[i] = in[i + 64];                            // runs 64 floats past the end of in[n]
+}
+extern "C" __global__ void misaligned_float4(const float* in, float* out) {
+    float4 v = reinterpret_cast<const float4*>(in + 1)[threadIdx.x];
+    out[threadIdx.x] = v.x + v.y + v.z + v.w;
+}
+"""
+
+NCU_METRICS = ["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+               "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+               "smsp__sass_inst_executed_op_shared_ld.sum",
+               "smsp__sass_inst_executed_op_shared_st.sum"]
+SGEMM_SHAPE = (128, 128, 128)
+
+
+def _launches(drv, SourceModule):
+    """(name, thunk) for every validation kernel, on the given PyCUDA."""
+    from grader import sgemm, stages
+    patterns = SourceModule(PATTERNS, no_extern_c=True, options=["-lineinfo"])
+    bugs = SourceModule(BUGS, no_extern_c=True, options=["-lineinfo"])
+    data = np.random.default_rng(0).random(8192, dtype=np.float32)
+    d_in, d_out = drv.to_device(data), drv.mem_alloc(8192 * 4)
+    small = drv.to_device(data[:256])
+    result = []
+    for name in ("transpose_32x32", "transpose_32x33"):
+        result.append((name, lambda f=patterns.get_function(name): f(d_in, d_out, block=(32, 32, 1))))
+    for name in ("read_stride_1", "read_stride_2", "read_stride_32", "read_broadcast", "read_float2",
+                 "read_float2_stride_2", "read_float4", "read_float4_stride_2", "write_stride_32"):
+        result.append((name, lambda f=patterns.get_function(name): f(d_in, d_out, block=(256, 1, 1))))
+    A, B = sgemm.random_inputs(*SGEMM_SHAPE, np.random.default_rng(1))
+    for stage in stages.STAGES:
+        fn = SourceModule(stage.source(), options=stage.options() + ["-lineinfo"]).get_function(stage.kernel)
+        result.append((stage.kernel, lambda st=stage, fn=fn: sgemm.run(st, A, B, function=fn)))
+    result.append(("racy_reduction", lambda f=bugs.get_function("racy_reduction"): f(d_in, d_out, block=(256, 1, 1))))
+    result.append(("out_of_bounds_read", lambda f=bugs.get_function("out_of_bounds_read"):
+                   f(small, d_out, np.int32(256), block=(256, 1, 1))))
+    result.append(("misaligned_float4", lambda f=bugs.get_function("misaligned_float4"):
+                   f(d_in, d_out, block=(32, 1, 1))))
+    return result
+
+
+def emulator_results() -> dict[str, dict]:
+    """The emulator's analysis of every validation kernel."""
+    from grader.emulator import analyze
+    from grader.emulator.pycuda import compiler, driver
+    out = {}
+    for name, launch in _launches(driver, compiler.SourceModule):
+        error = ""
+        with analyze() as report:
+            try:
+                launch()
+            except driver.LaunchError as e:
+                error = str(e)
+        out[name] = {
+            "conflicts_ld": report.conflicts_ld, "conflicts_st": report.conflicts_st,
+            "requests_ld": sum(s.requests for s in report.bank_conflicts if s.op == "ld"),
+            "requests_st": sum(s.requests for s in report.bank_conflicts if s.op == "st"),
+            "races": [r.describe() for r in report.races],
+            "memory_errors": [f.describe() for f in report.out_of_bounds] or ([error] if error else []),
+        }
+    return out
+
+
+def run_on_gpu(only: list[str] | None) -> None:
+    """Launch the kernels on the real GPU (the process ncu or a sanitizer watches)."""
+    import pycuda.autoprimaryctx  # noqa: F401
+    import pycuda.driver as drv
+    from pycuda.compiler import SourceModule
+    for name, launch in _launches(drv, SourceModule):
+        if only and name not in only:
+            continue
+        try:
+            launch()
+            drv.Context.synchronize()
+        except drv.Error as e:
+            print(f"{name}: {e}")
+            return  # a faulted context cannot launch again
+
+
+def ncu_results() -> dict[str, dict]:
+    cmd = ["ncu", "--clock-control", "none", "--csv", "--page", "raw", "--metrics", ",".join(NCU_METRICS),
+           sys.executable, "-m", "grader.emulator.validate", "--run-on-gpu", "--skip", "out_of_bounds_read,misaligned_float4"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "GRADER_BACKEND": "gpu"})
+    rows = [line for line in proc.stdout.splitlines() if line.startswith('"')]
+    if not rows:
+        raise RuntimeError(f"ncu gave no results:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    table = list(csv.reader(io.StringIO("\n".join(rows))))
+    header, units, body = table[0], table[1], table[2:]
+    name_col = header.index("Kernel Name")
+    out: dict[str, dict] = {}
+    for row in body:
+        kernel = re.sub(r"\(.*$", "", row[name_col]).split("<")[0].strip()
+        kernel = kernel.split(" ")[-1]
+        entry = out.setdefault(kernel, {"conflicts_ld": 0, "conflicts_st": 0, "requests_ld": 0, "requests_st": 0})
+        for metric, key in zip(NCU_METRICS, ("conflicts_ld", "conflicts_st", "requests_ld", "requests_st")):
+            entry[key] += int(float(row[header.index(metric)].replace(",", "")))
+    return out
+
+
+def sanitizer_results(tool: str, kernels: list[str]) -> dict[str, str]:
+    out = {}
+    for kernel in kernels:
+        cmd = ["compute-sanitizer", "--tool", tool, sys.executable, "-m", "grader.emulator.validate",
+               "--run-on-gpu", "--only", kernel]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "GRADER_BACKEND": "gpu"})
+        text = proc.stdout + proc.stderr
+        summary = re.findall(r"(ERROR SUMMARY: \d+ errors?|RACECHECK SUMMARY: .*)", text)
+        first = re.search(r"========= (Error|Warning|Invalid|Race|Misaligned)[^\n]*\n(=+ [^\n]*\n){0,3}", text)
+        out[kernel] = "; ".join(summary) + (("\n" + first.group(0).strip()) if first else "")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=None, help="folder for validation.md and validation.json")
+    parser.add_argument("--emulator-only", action="store_true")
+    parser.add_argument("--run-on-gpu", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--only", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--skip", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run_on_gpu:
+        names = [n for n in args.only.split(",") if n]
+        skip = set(args.skip.split(","))
+        if skip - {""}:
+            import pycuda.autoprimaryctx  # noqa: F401
+            import pycuda.driver as drv
+            from pycuda.compiler import SourceModule
+            names = [n for n, _ in _launches(drv, SourceModule) if n not in skip]
+        run_on_gpu(names)
+        return 0
+
+    emu = emulator_results()
+    hw = {} if args.emulator_only else ncu_results()
+    races = {} if args.emulator_only else sanitizer_results("racecheck", ["racy_reduction", "sgemm_smem_tiling"])
+    memory = {} if args.emulator_only else sanitizer_results("memcheck", ["out_of_bounds_read", "misaligned_float4"])
+    rows = ["| kernel | emulator ld conflicts | ncu ld conflicts | emulator st conflicts | ncu st conflicts | "
+            "emulator ld / st requests | ncu shared ld / st instructions |", "|---|---|---|---|---|---|---|"]
+    for name, e in emu.items():
+        h = hw.get(name, {})
+        rows.append(f"| {name} | {e['conflicts_ld']} | {h.get('conflicts_ld', '-')} | {e['conflicts_st']} | "
+                    f"{h.get('conflicts_st', '-')} | {e['requests_ld']} / {e['requests_st']} | "
+                    f"{h.get('requests_ld', '-')} / {h.get('requests_st', '-')} |")
+    rows += ["", "| kernel | emulator | compute-sanitizer |", "|---|---|---|"]
+    for name in ("racy_reduction", "sgemm_smem_tiling", "out_of_bounds_read", "misaligned_float4"):
+        found = emu[name]["races"] + emu[name]["memory_errors"]
+        tool = races.get(name) or memory.get(name) or "-"
+        rows.append(f"| {name} | {'<br>'.join(found) or 'nothing found'} | {tool.replace(chr(10), '<br>')} |")
+    table = "\n".join(rows)
+    print(table)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        command = "python -m grader.emulator.validate " + " ".join(argv if argv is not None else sys.argv[1:])
+        (out / "validation.md").write_text(f"# Emulator analysis vs Nsight Compute and compute-sanitizer\n\n"
+                                           f"Command: `{command}`\n\nSGEMM stages at {SGEMM_SHAPE}.\n\n{table}\n")
+        (out / "validation.json").write_text(json.dumps({"emulator": emu, "ncu": hw, "racecheck": races,
+                                                          "memcheck": memory}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -69,13 +69,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  numba CUDA simulator     {theirs:9.3f} s   correct: {numba_ok}{scaled}")
     print(f"  ratio numba / emulator   {theirs / ours:9.1f}x")
 
-    print("\nEvery reference stage on the emulator, same inputs:")
+    from grader.emulator import analyze
+    A128, B128 = sgemm.random_inputs(128, 128, 128, rng)
+    print(f"\nEvery reference stage on the emulator: a {n}^3 run, and the analysis (bank conflicts, races, "
+          "bounds) of a 128^3 run, its build cached:")
     for stage in stages.STAGES:
         try:
             fn = sgemm.compile_kernel(stage)
             C = sgemm.run(stage, A, B, function=fn)
             t = _time(lambda: sgemm.run(stage, A, B, function=fn))
-            print(f"  {stage.id:20s} {t:8.3f} s   correct: {sgemm.compare(C, A, B).ok}")
+            with analyze():
+                sgemm.run(stage, A128, B128, function=fn)     # builds the analysis variant
+            with analyze() as report:
+                t_analysis = _time(lambda: sgemm.run(stage, A128, B128, function=fn))
+            print(f"  {stage.id:20s} {t:8.3f} s   correct: {sgemm.compare(C, A, B).ok}   analysis {t_analysis:6.3f} s: "
+                  f"{report.conflicts_ld + report.conflicts_st} bank conflicts, {len(report.races)} races, "
+                  f"{len(report.out_of_bounds)} bad accesses")
         except Exception as e:  # a broken stage must not hide the others
             print(f"  {stage.id:20s} failed: {str(e).splitlines()[0]}")
     return 0 if ok and numba_ok else 1

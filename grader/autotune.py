@@ -205,6 +205,12 @@ def time_kernel(function, launch, M, N, K, a, b, c, repeats: int, warmup: int = 
 CHECK_SHAPES = [(1, 1, 1), (17, 33, 9), (257, 129, 65), (260, 132, 68), (1, 300, 7), (300, 1, 5)]
 
 
+def _raise_if_error(cubin):
+    if isinstance(cubin, Exception):
+        raise cubin
+    return cubin
+
+
 def check_config(st, function, cfg: dict, shapes, rng) -> str | None:
     """None when the kernel is right on every shape, else what went wrong."""
     from . import sgemm
@@ -217,19 +223,19 @@ def check_config(st, function, cfg: dict, shapes, rng) -> str | None:
     return None
 
 
-def precompile(st, cands: list[dict], jobs: int) -> None:
-    """Fill PyCUDA's compiler cache in parallel (nvcc runs as a subprocess),
-    so that the sequential timing loop below only loads cubins."""
+def precompile(st, cands: list[dict], jobs: int) -> list:
+    """Every candidate's cubin (or the compile error), built by parallel nvcc
+    processes; loading a cubin avoids SourceModule's per-call preprocessing."""
     from concurrent.futures import ThreadPoolExecutor
     from pycuda.compiler import compile as nvcc_compile
 
     def build(cfg):
         try:
-            nvcc_compile(st.source(), options=st.options(cfg))
-        except Exception:  # reported by the timing loop, which compiles again
-            pass
+            return nvcc_compile(st.source(), options=st.options(cfg))
+        except Exception as e:
+            return e
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        list(pool.map(build, cands))
+        return list(pool.map(build, cands))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,47 +270,52 @@ def main(argv: list[str] | None = None) -> int:
     c = drv.mem_alloc(size * size * 4)
 
     t0 = time.time()
-    if not emulated and args.jobs > 1:
-        precompile(st, cands, args.jobs)
+    cubins = precompile(st, cands, max(args.jobs, 1)) if not emulated else [None] * len(cands)
+    if not emulated:
         print(f"compiled {len(cands)} configurations with {args.jobs} jobs in {time.time() - t0:.0f} s")
-    results = []
-    for i, cfg in enumerate(cands):
+    results, functions, modules = [], [], []
+    for i, (cfg, cubin) in enumerate(zip(cands, cubins)):
         progress(i, len(cands), " ".join(f"{k}={v}" for k, v in cfg.items()))
         entry = {"config": cfg}
+        results.append(entry)
         try:
-            function = sgemm.compile_kernel(st, defines=cfg)
+            if cubin is None:
+                function = sgemm.compile_kernel(st, defines=cfg)
+            else:
+                modules.append(drv.module_from_buffer(_raise_if_error(cubin)))  # kept alive
+                function = modules[-1].get_function(st.kernel)
         except Exception as e:  # compile errors: recorded, not fatal
             entry["error"] = f"compile: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
-            results.append(entry)
+            functions.append(None)
             continue
-        wrong = check_config(st, function, cfg, CHECK_SHAPES, rng)
-        if wrong:
-            entry["error"] = f"wrong result: {wrong}"
-            results.append(entry)
-            continue
+        functions.append(function)
         times = time_kernel(function, st.launch(size, size, size, cfg), size, size, size, a, b, c, repeats)
         ms = statistics.median(times)
         entry.update(ms=ms, tflops=2 * size ** 3 / (ms * 1e-3) / 1e12, times_ms=times)
-        results.append(entry)
     progress(len(cands), len(cands), f"done in {time.time() - t0:.0f} s")
 
-    timed = sorted((r for r in results if "ms" in r), key=lambda r: r["ms"])
+    # Correctness, fastest first, until one configuration is right everywhere.
+    order = sorted((i for i, r in enumerate(results) if "ms" in r), key=lambda i: results[i]["ms"])
+    winner = None
+    for i in order:
+        wrong = check_config(st, functions[i], cands[i], CHECK_SHAPES + [(size, size, size)], rng)
+        if wrong:
+            results[i]["error"] = f"wrong result: {wrong}"
+            continue
+        winner = i
+        break
+    timed = [results[i] for i in order if "error" not in results[i]]
     for r in results:
         if "error" in r:
             print(f"  failed: {r['config']}: {r['error']}")
-    if not timed:
+    if winner is None:
         print("autotune: no configuration ran correctly")
         return 1
     print("fastest:" + (" (CPU emulator: times mean nothing)" if emulated else ""))
     for r in timed[:5]:
         print(f"  {r['tflops']:8.2f} TFLOPS  {r['ms']:9.3f} ms  {r['config']}")
-    best = timed[0]["config"]
-    fn = sgemm.compile_kernel(st, defines=best)
-    wrong = check_config(st, fn, best, [(size, size, size)], rng)
-    if wrong:
-        print(f"autotune: the winner is wrong at {size}^3: {wrong}")
-        return 1
-    print(f"winner checked at {size}^3: all elements correct")
+    best = cands[winner]
+    print(f"winner checked on {len(CHECK_SHAPES)} small shapes and at {size}^3: all elements correct")
 
     if args.dry_run:
         print("dry run: no files written")

@@ -2,6 +2,11 @@
 
   bench    every reference stage through the grader: the stage table, with
            GFLOPS against cuBLAS on a GPU, correctness only on the emulator
+  check    FILE --stage ID [--checks a,b] [--seed N] [--json]: grade a .cu file or a
+           notebook's kernel (each check in its own process); exit 1 when a check fails
+  regrade  COURSE_DIR ASSIGNMENT [--differences] [--student ID]: grade nbgrader
+           submissions again from their cells' text, in clean processes, and list
+           every score that differs from the gradebook; exit 1 when any differs
 """
 import sys
 
@@ -14,6 +19,12 @@ def main(argv: list[str]) -> int:
     if command == "bench":
         from .bench import main as bench
         return bench(rest)
+    if command == "check":
+        from .regrade import main_check
+        return main_check(rest)
+    if command == "regrade":
+        from .regrade import main_regrade
+        return main_regrade(rest)
     print(f"unknown command '{command}'\n{__doc__}")
     return 2
 

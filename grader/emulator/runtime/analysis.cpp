@@ -52,7 +52,7 @@ static std::map<std::pair<uintptr_t, int>, EmuSiteStats> sites;
 
 struct Shadow {
     unsigned write_epoch, write_wepoch, read_epoch, read_wepoch;
-    int write_tid, read_tid;  // read_tid -2: several readers
+    int write_tid, read_tid, other_reader;  // other_reader: a second reader in the interval, or -1
     uintptr_t write_pc, read_pc;
 };
 static std::vector<Shadow> shadow;  // static shared words, then dynamic ones
@@ -182,21 +182,24 @@ static void check_race(Shadow& w, bool store, unsigned me, uintptr_t pc, uintptr
     if (w.write_epoch == epoch && w.write_tid != int(me) && !ordered_in_warp(w.write_tid, w.write_wepoch, me))
         race(store ? 2 : 0, w.write_pc, w.write_tid, pc, me, addr);
     if (store) {
-        if (w.read_epoch == epoch && w.read_tid != int(me) &&
-            (w.read_tid == -2 || !ordered_in_warp(w.read_tid, w.read_wepoch, me)))
-            race(1, w.read_pc, w.read_tid, pc, me, addr);
+        if (w.read_epoch == epoch) {
+            int reader = w.read_tid != int(me) ? w.read_tid : w.other_reader;
+            if (reader >= 0 && (reader != w.read_tid || !ordered_in_warp(reader, w.read_wepoch, me)))
+                race(1, w.read_pc, reader, pc, me, addr);
+        }
         w.write_epoch = epoch;
         w.write_wepoch = we;
         w.write_tid = int(me);
         w.write_pc = pc;
         w.read_epoch = 0;
-    } else if (w.read_epoch == epoch && w.read_tid != int(me)) {
-        w.read_tid = -2;
     } else if (w.read_epoch != epoch) {
         w.read_epoch = epoch;
         w.read_wepoch = we;
         w.read_tid = int(me);
+        w.other_reader = -1;
         w.read_pc = pc;
+    } else if (w.read_tid != int(me)) {
+        w.other_reader = int(me);
     }
 }
 

@@ -1,0 +1,43 @@
+"""Access to the emulator's analysis mode (grader.emulator.analyze), which
+records races, out-of-bounds accesses and shared-memory bank conflicts of the
+launches made inside `with analyze() as report:`."""
+from __future__ import annotations
+
+import contextlib
+
+
+def available() -> bool:
+    try:
+        from ..emulator import analyze  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def analysis():
+    """`with analysis() as report:` around emulated launches; report is None
+    when this emulator has no analysis mode."""
+    try:
+        from ..emulator import analyze
+    except ImportError:
+        yield None
+        return
+    with analyze() as report:
+        yield report
+
+
+@contextlib.contextmanager
+def thread_order(seed: int):
+    from .. import emulator
+    old = emulator.thread_order_seed()
+    emulator.set_thread_order_seed(seed)
+    try:
+        yield
+    finally:
+        emulator.set_thread_order_seed(old)
+
+
+def describe(record) -> str:
+    d = getattr(record, "describe", None)
+    return d() if callable(d) else str(record)

@@ -1,0 +1,66 @@
+"""Shared-memory bank conflicts from the emulator's analysis. Graded for
+stages marked bank_conflict_free (any conflict fails, with the source line,
+the n-way and the bank picture); reported for information elsewhere."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import sgemm
+from ..report import FAILED, NOT_GRADED, PASSED, CheckResult
+from . import analysis
+from .common import CompileFailed, compile_function, drivers, launch_failure
+
+NAME = "bank-conflicts"
+
+
+def shape(stage) -> tuple[int, int, int]:
+    big = "BM" in stage.defines or "NUM_THREADS" in stage.defines
+    return (128, 128, 32) if big else (64, 64, 32)
+
+
+def run(stage, source: str, seed: int | None = None) -> CheckResult:
+    graded = bool(stage.bank_conflict_free)
+    driver, _ = drivers(emulator=True)
+    if not analysis.available():
+        return CheckResult(NAME, NOT_GRADED, "not graded: this emulator has no analysis mode "
+                           "(grader.emulator.analyze), so bank conflicts cannot be counted", 0.0)
+    try:
+        function, log = compile_function(stage, source, emulator=True)
+    except CompileFailed as e:
+        return CheckResult.make(NAME, False, f"the kernel does not compile:\n{e}")
+    M, N, K = shape(stage)
+    A, B = sgemm.random_inputs(M, N, K, np.random.default_rng(0))
+    launch = stage.launch(M, N, K)
+    a, b = driver.to_device(A), driver.to_device(B)
+    c = driver.to_device(np.full((M, N), np.nan, dtype=np.float32))
+    with analysis.thread_order(0), analysis.analysis() as report:
+        try:
+            function(np.int32(M), np.int32(N), np.int32(K), a, b, c,
+                     grid=tuple(launch.grid), block=tuple(launch.block), shared=int(launch.shared))
+            failure = None
+        except Exception as e:
+            failure = launch_failure(driver, e) or f"{type(e).__name__}: {e}"
+    if failure:
+        return CheckResult(NAME, FAILED if graded else NOT_GRADED, f"M={M} N={N} K={K}: {failure}", 0.0)
+    records = sorted((r for r in report.bank_conflicts if r.wavefronts > r.ideal_wavefronts),
+                     key=lambda r: (-r.max_ways, r.ideal_wavefronts - r.wavefronts, r.line))
+    ld, st = int(report.conflicts_ld), int(report.conflicts_st)
+    details = {"conflicts_ld": ld, "conflicts_st": st}
+    lines = [f"M={M} N={N} K={K}: {ld} load and {st} store bank conflicts "
+             "(extra shared-memory wavefronts, as Nsight Compute counts them)"]
+    for r in records[:4]:
+        lines.append(f"line {r.line} ({'load' if r.op == 'ld' else 'store'}): {r.max_ways}-way bank conflict, "
+                     f"{r.wavefronts} wavefronts for {r.requests} requests where {r.ideal_wavefronts} would do")
+    html = ""
+    if records:
+        import html as _h
+        html = "".join(f"<pre>line {r.line}, {r.max_ways}-way:\n{_h.escape(r.picture)}</pre>" for r in records[:2])
+    text = "\n".join(lines)
+    if records:
+        text += f"\nworst request (line {records[0].line}), thread to bank:\n{records[0].picture}"
+    if not graded:
+        return CheckResult(NAME, NOT_GRADED, "not graded for this stage (information only)\n" + text, 0.0,
+                           html=html or None, details=details, output=log)
+    ok = ld + st == 0 and not records
+    return CheckResult(NAME, PASSED if ok else FAILED, text, 1.0 if ok else 0.0, html=html or None,
+                       details=details, output=log)

@@ -1,0 +1,89 @@
+"""Memory safety of the kernel, always on the emulator (also on GPU machines):
+races and out-of-bounds or misaligned accesses from the emulator's analysis,
+and a re-run with each block's threads in permuted orders, whose C must be
+bit-for-bit the C of the normal order."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import sgemm
+from ..report import CheckResult
+from . import analysis
+from .common import CompileFailed, compile_function, drivers, launch_failure, new_seed
+
+NAME = "races"
+SHAPE = (45, 39, 37)                 # not a tile multiple: edge blocks are exercised
+ORDER_SEEDS = (0x5EED1, 0xC0FFEE)
+SHOW = 3
+
+
+def _launch(driver, function, stage, A, B):
+    """(C, failure reason or None); exact-size buffers, C NaN-poisoned."""
+    M, K = A.shape
+    N = B.shape[1]
+    launch = stage.launch(M, N, K)
+    a, b = driver.to_device(A), driver.to_device(B)
+    C = np.full((M, N), np.nan, dtype=np.float32)
+    c = driver.to_device(C)
+    try:
+        function(np.int32(M), np.int32(N), np.int32(K), a, b, c,
+                 grid=tuple(launch.grid), block=tuple(launch.block), shared=int(launch.shared))
+    except Exception as e:
+        return None, launch_failure(driver, e) or f"{type(e).__name__}: {e}"
+    driver.memcpy_dtoh(C, c)
+    return C, None
+
+
+def run(stage, source: str, seed: int | None = None) -> CheckResult:
+    seed = new_seed() if seed is None else int(seed)
+    driver, _ = drivers(emulator=True)
+    try:
+        function, log = compile_function(stage, source, emulator=True)
+    except CompileFailed as e:
+        return CheckResult.make(NAME, False, f"the kernel does not compile:\n{e}", details={"seed": seed})
+    M, N, K = SHAPE
+    A, B = sgemm.random_inputs(M, N, K, np.random.default_rng(seed))
+    problems, notes = [], []
+    with analysis.thread_order(0), analysis.analysis() as report:
+        C0, failure = _launch(driver, function, stage, A, B)
+    if failure:
+        problems.append(f"normal thread order: {failure}")
+    if report is None:
+        notes.append("race and out-of-bounds analysis unavailable in this emulator (no "
+                     "grader.emulator.analyze): only the permuted-order comparison and faults were checked")
+    else:
+        races = list(report.races)
+        oob = list(report.out_of_bounds)
+        if races:
+            problems.append(f"{len(races)} race(s) on shared or global memory, e.g.:\n  "
+                            + "\n  ".join(analysis.describe(r) for r in races[:SHOW]))
+        if oob:
+            problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
+                            + "\n  ".join(analysis.describe(r) for r in oob[:SHOW]))
+    if C0 is not None:
+        for s in ORDER_SEEDS:
+            with analysis.thread_order(s):
+                C1, failure = _launch(driver, function, stage, A, B)
+            if failure:
+                problems.append(f"permuted thread order (seed {s:#x}): {failure}")
+                break
+            differ = C0.view(np.uint32) != C1.view(np.uint32)
+            if differ.any():
+                r, c = np.argwhere(differ)[0]
+                problems.append(
+                    f"the result depends on the order in which threads run: with the threads of each block "
+                    f"in a permuted order (seed {s:#x}) {int(differ.sum())} element(s) of C differ, first "
+                    f"C[{r}][{c}]: {C0[r, c]:.6g} in the normal order, {C1[r, c]:.6g} permuted - threads "
+                    "read data that other threads have not written yet (or overwrite it too early): a "
+                    "missing __syncthreads()?")
+                break
+        if np.isnan(C0).any():
+            problems.append(f"{int(np.isnan(C0).sum())} element(s) of C were never written: only a kernel "
+                            "that computes C is credited with being race-free")
+    shape = f"M={M} N={N} K={K}, random seed {seed}"
+    if problems:
+        return CheckResult.make(NAME, False, f"{shape}:\n" + "\n".join(problems + notes),
+                                details={"seed": seed}, output=log)
+    return CheckResult.make(NAME, True, f"{shape}: no races, no out-of-bounds accesses, the same C in "
+                            f"{len(ORDER_SEEDS) + 1} thread orders" + ("\n" + "\n".join(notes) if notes else ""),
+                            details={"seed": seed, "analysis": report is not None}, output=log)

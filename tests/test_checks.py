@@ -1,0 +1,206 @@
+"""The grader's checks on their own: correctness, races, bank conflicts,
+performance, thresholds, isolation and the report (emulator in CI)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import grader
+from grader import checks
+from grader.checks import thresholds
+from grader.isolation import run_check
+from grader.report import FAILED, NOT_GRADED, PASSED, CheckResult, Report
+from grader.stages import Stage, stage
+
+REPO = Path(__file__).resolve().parent.parent
+ON_EMULATOR = grader.BACKEND.name == "emulator"
+TILED = (REPO / "solutions" / "smem-tiling.cu").read_text()
+NAIVE = (REPO / "solutions" / "naive.cu").read_text()
+
+
+def variant(old: str, new: str, text: str = TILED) -> str:
+    assert old in text, old
+    return text.replace(old, new)
+
+
+SWAPPED = variant("sum += As[ty][k] * Bs[k][tx];", "sum += As[k][ty] * Bs[k][tx];")
+NOSYNC = variant("            sum += As[ty][k] * Bs[k][tx];\n        __syncthreads();\n",
+                 "            sum += As[ty][k] * Bs[k][tx];\n")
+NOBOUNDS = variant("    if (row < M && col < N)\n        C[row * N + col] = sum;", "    C[row * N + col] = sum;",
+                   variant("(k0 + ty < K && col < N) ? B[(k0 + ty) * N + col] : 0.0f", "B[(k0 + ty) * N + col]",
+                           variant("(row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f", "A[row * K + k0 + tx]")))
+BLANK = TILED[:TILED.index("{\n    __shared__")] + "{\n    // YOUR CODE HERE\n}\n"
+TRANSPOSED = variant("sum += As[ty][k] * Bs[k][tx];", "sum += As[k][ty] * Bs[k][tx];",
+                     variant("As[ty][tx] = (row < M", "As[tx][ty] = (row < M"))
+
+
+def run(name: str, source: str, stage_id: str = "smem-tiling", **kw) -> CheckResult:
+    return checks.get(name)(stage(stage_id), source, 1234, **kw)
+
+
+# ---- correctness -------------------------------------------------------------------------
+def test_correctness_passes_reference():
+    r = run("correctness", TILED)
+    assert r.status == PASSED and r.points == 1.0, r.message
+    assert "random seed 1234" in r.message and r.details["seed"] == 1234
+
+
+def test_correctness_names_shape_and_first_wrong_element_with_heatmap():
+    r = run("correctness", SWAPPED)
+    assert r.status == FAILED and r.points == 0
+    assert "M=17 N=33 K=9" in r.message and "first at row 0, column 0: expected" in r.message
+    assert r.figure and len(r.figure) > 100          # base64 PNG
+    assert "<img" in Report("smem-tiling", [r])._repr_html_()
+
+
+def test_correctness_guard_zones_catch_writes_past_c():
+    r = run("correctness", NOBOUNDS)
+    assert r.status == FAILED
+    assert "wrote outside C" in r.message and "after its end" in r.message
+    assert "M=256 N=384 K=128: all 98304 elements correct" in r.message   # a tile multiple: right
+
+
+def test_correctness_blank_kernel_names_unwritten_elements():
+    r = run("correctness", BLANK)
+    assert r.status == FAILED and "never written" in r.message
+
+
+def test_compile_error_has_line_numbers():
+    r = run("compiles", variant("float sum = 0.0f;", "float sum = 0.0f"))
+    assert r.status == FAILED and "kernel.cu" in r.message and "does not compile" in r.message
+
+
+# ---- races -------------------------------------------------------------------------------
+def test_races_pass_reference_and_swapped():
+    for src in (TILED, SWAPPED):
+        r = run("races", src)
+        assert r.status == PASSED, r.message
+
+
+def test_races_find_missing_syncthreads():
+    r = run("races", NOSYNC)
+    assert r.status == FAILED
+    assert "race" in r.message and "__syncthreads()" in r.message
+
+
+def test_races_find_out_of_bounds():
+    r = run("races", NOBOUNDS)
+    assert r.status == FAILED and "out-of-bounds" in r.message and "line " in r.message
+
+
+def test_races_do_not_credit_a_kernel_that_computes_nothing():
+    r = run("races", BLANK)
+    assert r.status == FAILED and "never written" in r.message
+
+
+# ---- bank conflicts ----------------------------------------------------------------------
+def _conflict_free_tiled() -> Stage:
+    s = stage("smem-tiling")
+    return Stage("smem-tiling", s.title, s.kernel, s.launch_rule, dict(s.defines), bank_conflict_free=True)
+
+
+def test_bank_conflicts_information_only_where_not_required():
+    r = run("bank-conflicts", TRANSPOSED)
+    assert r.status == NOT_GRADED and "32-way" in r.message
+
+
+def test_bank_conflicts_fail_a_stage_that_must_be_conflict_free():
+    from grader.checks import bank_conflicts
+    s = _conflict_free_tiled()
+    ok = bank_conflicts.run(s, TILED)
+    assert ok.status == PASSED, ok.message
+    bad = bank_conflicts.run(s, TRANSPOSED)
+    assert bad.status == FAILED and bad.points == 0
+    assert "32-way" in bad.message and "line 22" in bad.message and "bank" in bad.message
+    assert "lane" in bad.message       # the picture
+
+
+# ---- performance and thresholds ------------------------------------------------------------
+@pytest.mark.skipif(not ON_EMULATOR, reason="the emulator refuses to time")
+def test_performance_not_graded_without_gpu():
+    r = run("performance", TILED)
+    assert r.status == NOT_GRADED and r.points == 0 and "not graded: no GPU" in r.message
+    assert Report("smem-tiling", [r]).points("performance", 2) == 0.0
+
+
+def test_thresholds_table_and_overrides(tmp_path, monkeypatch):
+    t = thresholds.load()
+    assert set(t["stages"]) == {s.id for s in __import__("grader.stages", fromlist=["STAGES"]).STAGES}
+    assert thresholds.for_stage("naive").fraction_of_cublas == 0.008
+    assert thresholds.for_stage("naive").size == (4096, 4096, 4096)
+    db = thresholds.for_stage("double-buffering")
+    assert db.fraction_of_previous == 0.97 and db.previous == "vectorized" and db.fraction_of_cublas is None
+    over = tmp_path / "over.json"
+    over.write_text(json.dumps({"stages": {"naive": {"min_fraction_of_cublas": 0.01, "size": [1024, 512, 256]}}}))
+    monkeypatch.setenv("GRADER_THRESHOLDS", str(over))
+    t = thresholds.for_stage("naive")
+    assert t.fraction_of_cublas == 0.01 and t.size == (1024, 512, 256)
+    assert thresholds.for_stage("coalesced").fraction_of_cublas == 0.06          # untouched
+    t = thresholds.for_stage("naive", thresholds.load({"stages": {"naive": {"min_fraction_of_cublas": 0.02}}}))
+    assert t.fraction_of_cublas == 0.02 and t.size == (1024, 512, 256)
+
+
+# ---- isolation -----------------------------------------------------------------------------
+
+
+
+def test_isolation_reports_a_hang_and_goes_on():
+    hang = variant("        float sum = 0.0f;\n", "        float sum = 0.0f;\n        volatile int spin = 1;\n        while (spin) { }\n", NAIVE)
+    r = run_check("correctness", "naive", hang, seed=1, timeout=6)
+    assert r.status == FAILED and r.points == 0
+    assert "stopped after 6 s" in r.message or "time limit" in r.message
+    r2 = run_check("compiles", "naive", hang, seed=1)       # the next check runs normally
+    assert r2.status == PASSED
+
+
+def test_isolation_reports_a_crash(tmp_path, monkeypatch):
+    """A grading process that dies (here: a stand-in that segfaults itself) is a failed check."""
+    import sys
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho about to crash\nkill -SEGV $$\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    r = run_check("correctness", "naive", NAIVE, seed=1, timeout=60)
+    assert r.status == FAILED and r.points == 0
+    assert "SIGSEGV" in r.message and "about to crash" in r.output, r
+
+
+def test_check_writes_nothing_to_stderr_and_renders(capfd):
+    warned = variant("        float sum = 0.0f;\n", "        float sum = 0.0f;\n        int unused = 1;\n", NAIVE)
+    report = grader.check("naive", warned, ["compiles", "correctness", "races", "performance"], seed=7)
+    out, err = capfd.readouterr()
+    assert err == ""
+    assert report.passed("correctness") and report.passed("races")
+    assert report.points("correctness", 3) == 3.0
+    html = report._repr_html_()
+    for name in ("compiles", "correctness", "races", "performance"):
+        assert name in html
+    assert "random seed 7" in report.text()
+
+
+def test_a_compile_failure_skips_the_other_checks():
+    report = grader.check("naive", "this is not CUDA", ["compiles", "correctness", "races"], seed=1)
+    assert [r.status for r in report] == [FAILED, FAILED, FAILED]
+    assert "does not compile" in report["correctness"].message
+
+
+def test_grade_returns_partial_credit_float(capsys):
+    assert grader.grade("naive", NAIVE, "correctness", points=3) == 3.0
+    assert "[PASS] correctness" in capsys.readouterr().out
+
+
+def test_cli_check_on_a_cu_file_and_a_notebook():
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run([sys.executable, "-m", "grader", "check", str(REPO / "solutions" / "naive.cu"), "--stage",
+                        "naive", "--checks", "compiles,correctness"], capture_output=True, text=True, env=env,
+                       cwd=REPO, timeout=300)
+    assert p.returncode == 0 and "[PASS] correctness" in p.stdout and p.stderr == "", p.stdout + p.stderr
+    p = subprocess.run([sys.executable, "-m", "grader", "check", str(REPO / "labs" / "02-smem-tiling" /
+                        "smem-tiling.ipynb"), "--stage", "smem-tiling", "--checks", "correctness"],
+                       capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    assert p.returncode == 0 and "TILED_SOURCE" in p.stdout, p.stdout + p.stderr

@@ -1,0 +1,251 @@
+"""The whole nbgrader pipeline on the two labs, in a temporary course directory,
+in-process (NbGraderAPI): generate_assignment, autograde of the reference
+solution, the blank release copy and broken submissions, generate_feedback,
+and `grader regrade`. On a machine without a GPU the performance tests are
+"not graded: no GPU" and score 0: the reference gets every other point.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LAB1, NB1 = "01-naive-coalesced", "naive-coalesced"
+LAB2, NB2 = "02-smem-tiling", "smem-tiling"
+
+pytest.importorskip("nbgrader")
+
+import grader  # noqa: E402
+
+ON_GPU = grader.BACKEND.name == "gpu"
+PERF = {LAB1: 2.0, LAB2: 2.0}          # performance points per lab
+QUESTIONS = {LAB1: 5.0, LAB2: 3.0}
+TOTAL = {LAB1: 15.0, LAB2: 11.0}
+
+# Lab 2 per-check points: correctness 4, races 2, performance 2.
+EXPECTED = {
+    # (assignment, student): score on a machine without a GPU
+    (LAB1, "ref"): TOTAL[LAB1] - PERF[LAB1],
+    (LAB1, "blank"): 0.0,
+    (LAB1, "nobounds"): TOTAL[LAB1] - PERF[LAB1] - 3 - 1,   # naive: correctness and races (out of bounds)
+    (LAB2, "ref"): TOTAL[LAB2] - PERF[LAB2],
+    (LAB2, "blank"): 0.0,
+    (LAB2, "nobounds"): QUESTIONS[LAB2],                      # wrong off tile multiples + out of bounds
+    (LAB2, "nosync"): QUESTIONS[LAB2],                        # a race: wrong, and the analysis finds it
+    (LAB2, "swapped"): QUESTIONS[LAB2] + 2,                   # wrong, but race-free
+    (LAB2, "stderr"): TOTAL[LAB2] - PERF[LAB2],               # stderr in an answer cell costs nothing
+    (LAB2, "tamper"): TOTAL[LAB2] - PERF[LAB2],               # nbgrader is fooled; regrade is not
+}
+
+
+def _load_config(course: Path):
+    from traitlets.config.loader import PyFileConfigLoader
+    c = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()   # raises on a broken config
+    c.CourseDirectory.root = str(course)
+    return c
+
+
+def _solution_cells(assignment: str, name: str) -> dict[str, str]:
+    nb = nbformat.read(str(REPO / "labs" / assignment / f"{name}.ipynb"), as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def _submit(course: Path, assignment: str, name: str, student: str, edit=None) -> None:
+    """The release copy with every answer cell filled in from the source notebook, then edit(cells)."""
+    nb = nbformat.read(str(course / "release" / assignment / f"{name}.ipynb"), as_version=4)
+    if edit is not False:
+        sol = _solution_cells(assignment, name)
+        for c in nb.cells:
+            gid = c.metadata.get("nbgrader", {}).get("grade_id")
+            if gid in sol:
+                c.source = sol[gid]
+        if edit:
+            edit({c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells})
+    dest = course / "submitted" / student / assignment
+    dest.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(dest / f"{name}.ipynb"))
+
+
+def _replace(cell, old: str, new: str) -> None:
+    assert old in cell.source, old
+    cell.source = cell.source.replace(old, new)
+
+
+def _nobounds_naive(cells):
+    _replace(cells["naive-kernel"], "    if (row < M && col < N) {", "    {")
+
+
+def _nobounds_tiled(cells):
+    k = cells["smem-tiling-kernel"]
+    _replace(k, "(row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f", "A[row * K + k0 + tx]")
+    _replace(k, "(k0 + ty < K && col < N) ? B[(k0 + ty) * N + col] : 0.0f", "B[(k0 + ty) * N + col]")
+    _replace(k, "    if (row < M && col < N)\n        C[row * N + col] = sum;", "    C[row * N + col] = sum;")
+
+
+def _nosync(cells):
+    k = cells["smem-tiling-kernel"]
+    _replace(k, "            sum += As[ty][k] * Bs[k][tx];\n        __syncthreads();\n",
+             "            sum += As[ty][k] * Bs[k][tx];\n")
+
+
+def _swapped(cells):
+    _replace(cells["smem-tiling-kernel"], "sum += As[ty][k] * Bs[k][tx];", "sum += As[k][ty] * Bs[k][tx];")
+
+
+def _stderr(cells):
+    k = cells["smem-tiling-kernel"]
+    # a variable the compiler warns about, and a debugging print to stderr
+    _replace(k, "    float sum = 0.0f;\n", "    float sum = 0.0f;\n    int unused_debug = 42;\n")
+    k.source += '\nimport sys\nprint("debug: kernel source has", len(TILED_SOURCE), "characters", file=sys.stderr)\n'
+
+
+def _tamper(cells):
+    for gid, wrong in (("q-reduction", "LOAD_REDUCTION = 3"), ("q-smem", "SMEM_BYTES = 1"),
+                       ("q-tiled-intensity", "AI_TILED = 1000.0")):
+        cells[gid].source = wrong + "\n"
+    cells["q-reduction"].source += "import numpy\nnumpy.allclose = lambda *a, **k: True\n"
+
+
+SUBMISSIONS = {
+    LAB1: {"ref": None, "blank": False, "nobounds": _nobounds_naive},
+    LAB2: {"ref": None, "blank": False, "nobounds": _nobounds_tiled, "nosync": _nosync, "swapped": _swapped,
+           "stderr": _stderr, "tamper": _tamper},
+}
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    course = tmp_path_factory.mktemp("course")
+    shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copytree(REPO / "labs", course / "labs", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    old_env = {k: os.environ.get(k) for k in ("PYTHONPATH", "GRADER_BACKEND")}
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in (old_env["PYTHONPATH"] or "").split(
+        os.pathsep) if p])
+    os.environ["GRADER_BACKEND"] = grader.BACKEND.name
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from nbgrader.apps import NbGraderAPI
+    api = NbGraderAPI(config=_load_config(course))
+    logs = {}
+    for assignment in (LAB1, LAB2):
+        r = api.generate_assignment(assignment, force=True)
+        assert r["success"], r.get("error") or r.get("log")
+        assert "Exception while loading config file" not in (r.get("log") or "")
+        name = NB1 if assignment == LAB1 else NB2
+        for student, edit in SUBMISSIONS[assignment].items():
+            _submit(course, assignment, name, student, edit)
+        for student in SUBMISSIONS[assignment]:
+            r = api.autograde(assignment, student, force=True)
+            logs[(assignment, student)] = r.get("log", "")
+            assert r["success"], f"{assignment}/{student}: {r.get('error') or r.get('log')}"
+    yield course, api, logs
+    for k, v in old_env.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _scores(course: Path, assignment: str) -> dict[str, float]:
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
+        return {s: gb.find_submission(assignment, s).score for s in SUBMISSIONS[assignment]}
+
+
+def _cell_scores(course: Path, assignment: str, student: str) -> dict[str, float]:
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
+        nb = gb.find_submission_notebook(NB1 if assignment == LAB1 else NB2, assignment, student)
+        return {g.name: g.score for g in nb.grades}
+
+
+def test_release_has_no_solutions(course):
+    course, _, _ = course
+    for assignment, name in ((LAB1, NB1), (LAB2, NB2)):
+        text = (course / "release" / assignment / f"{name}.ipynb").read_text()
+        assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
+        assert "HIDDEN TESTS" not in text and "grader.grade(" not in text
+        assert "// YOUR CODE HERE" in text and "raise NotImplementedError()" in text
+        for body_line in ("sum += A[row * K + k] * B[k * N + col];", "__syncthreads();", "As[ty][tx] ="):
+            assert body_line not in text
+        nb = nbformat.reads(text, as_version=4)
+        kernels = [c.source for c in nb.cells if c.cell_type == "code" and "__global__" in c.source]
+        assert kernels and all("// YOUR CODE HERE" in k and "raise NotImplementedError" not in k for k in kernels)
+
+
+@pytest.mark.parametrize("key", sorted(EXPECTED))
+def test_scores(course, key):
+    course_dir, _, _ = course
+    assignment, student = key
+    want = EXPECTED[key] + (PERF[assignment] if ON_GPU and student in ("ref", "stderr", "tamper") else 0)
+    got = _scores(course_dir, assignment)[student]
+    assert got == pytest.approx(want), (f"{assignment}/{student}: {got} points, expected {want}; cells: "
+                                        f"{_cell_scores(course_dir, assignment, student)}")
+
+
+def test_which_cells_lose_points(course):
+    course_dir, _, _ = course
+    cells = _cell_scores(course_dir, LAB2, "nosync")
+    assert cells["smem-tiling-correctness"] == 0 and cells["smem-tiling-races"] == 0
+    cells = _cell_scores(course_dir, LAB2, "swapped")
+    assert cells["smem-tiling-correctness"] == 0 and cells["smem-tiling-races"] == 2
+    cells = _cell_scores(course_dir, LAB1, "nobounds")
+    assert cells["naive-correctness"] == 0 and cells["naive-races"] == 0
+    assert cells["coalesced-correctness"] == 3 and cells["coalesced-races"] == 1
+    if not ON_GPU:
+        for student in ("ref", "stderr", "tamper"):
+            assert _cell_scores(course_dir, LAB2, student)["smem-tiling-performance"] == 0
+
+
+def test_performance_reported_not_graded_without_gpu(course):
+    if ON_GPU:
+        pytest.skip("a GPU grades performance")
+    course_dir, _, _ = course
+    nb = nbformat.read(str(course_dir / "autograded" / "ref" / LAB2 / f"{NB2}.ipynb"), as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "smem-tiling-performance")
+    text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+    assert "not graded: no GPU" in text
+    assert not any(o.output_type == "stream" and o.name == "stderr" for c in nb.cells
+                   if c.metadata.get("nbgrader", {}).get("grade") for o in c.outputs)
+
+
+def test_feedback_hides_hidden_tests(course):
+    course_dir, api, _ = course
+    r = api.generate_feedback(LAB2, "ref", force=True)
+    assert r["success"], r.get("log")
+    html = next((course_dir / "feedback" / "ref" / LAB2).glob("*.html")).read_text()
+    assert "grader.grade(" not in html and "BEGIN HIDDEN TESTS" not in html
+
+
+def test_regrade_flags_tampering(course):
+    from grader.regrade import format_rows, regrade
+    course_dir, _, _ = course
+    rows = regrade(course_dir, LAB2)
+    text = format_rows(rows)
+    differing = {(r.student, r.cell) for r in rows if r.differs}
+    assert differing == {("tamper", "q-reduction-test"), ("tamper", "q-smem-test"),
+                         ("tamper", "q-tiled-intensity-test")}, text
+    tamper = [r for r in rows if r.student == "tamper"]
+    assert any("numpy.allclose" in r.note for r in tamper), text
+    regraded = {s: sum(r.regraded or 0 for r in rows if r.student == s) for s in SUBMISSIONS[LAB2]}
+    for s in SUBMISSIONS[LAB2]:
+        want = EXPECTED[(LAB2, s)] - (3 if s == "tamper" else 0)
+        if not ON_GPU:
+            assert regraded[s] == pytest.approx(want), (s, text)
+
+
+def test_regrade_cli(course):
+    import subprocess
+    course_dir, _, _ = course
+    p = subprocess.run([sys.executable, "-m", "grader", "regrade", str(course_dir), LAB2, "--differences"],
+                       capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                       timeout=600)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "DIFFERS tamper" in p.stdout and "3 score(s) differ" in p.stdout
+    assert p.stderr == ""

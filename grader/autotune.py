@@ -227,11 +227,15 @@ def precompile(st, cands: list[dict], jobs: int) -> list:
     """Every candidate's cubin (or the compile error), built by parallel nvcc
     processes; loading a cubin avoids SourceModule's per-call preprocessing."""
     from concurrent.futures import ThreadPoolExecutor
+
+    import pycuda.driver as drv
     from pycuda.compiler import compile as nvcc_compile
+    # Worker threads have no current context: name the target explicitly.
+    arch = "sm_%d%d" % drv.Device(0).compute_capability()
 
     def build(cfg):
         try:
-            return nvcc_compile(st.source(), options=st.options(cfg))
+            return nvcc_compile(st.source(), options=st.options(cfg), arch=arch)
         except Exception as e:
             return e
     with ThreadPoolExecutor(max_workers=jobs) as pool:

@@ -244,7 +244,8 @@ def test_regrade_cli(course):
     import subprocess
     course_dir, _, _ = course
     p = subprocess.run([sys.executable, "-m", "grader", "regrade", str(course_dir), LAB2, "--differences"],
-                       capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                       capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                           [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])},
                        timeout=600)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "DIFFERS tamper" in p.stdout and "3 score(s) differ" in p.stdout

@@ -8,3 +8,4 @@ from . import backend as _backend
 BACKEND = _backend.select()
 _backend.announce(BACKEND)
 from .notebook import check, grade  # noqa: E402,F401  (grader.check(stage_id, KERNEL_SOURCE) in notebooks)
+from .graph import check_graph, check_host_minimums, grade_graph  # noqa: E402,F401  (labs 3 and 4)

@@ -1,4 +1,4 @@
-"""Autotune the warptiling kernel (solutions/autotuned.cu) for the GPU at hand.
+"""Autotune the warptiling kernel (solutions/warptiling.cu) for the GPU at hand.
 
     python -m grader.autotune                      # sweep at 4096^3, save results
     python -m grader.autotune --size 128 --limit 3 --dry-run   # quick check, writes nothing
@@ -135,7 +135,7 @@ def bank_conflicts(c: dict) -> list[str]:
 
 def violations(c: dict) -> list[str]:
     """Why the kernel cannot be built or run with c (empty: valid). Mirrors
-    the static_asserts of solutions/autotuned.cu, plus resource limits."""
+    the static_asserts of solutions/warptiling.cu, plus resource limits."""
     BM, BN, BK, WM, WN, WNITER, TM, TN, NT = (c[p] for p in PARAMS)
     why = []
     if NT > 1024 or NT % 32:

@@ -316,8 +316,240 @@ grader.check("smem-tiling", TILED_SOURCE)
     return cells
 
 
+# ---- labs 3 and 4: the two minimums of C, shortest paths on its grid graph ----------------------
+def with_function_markers(source: str) -> str:
+    """Every __global__ and __device__ function body (between its "{" line and the next "}" line at
+    column 0) wrapped in solution markers; signatures and comments stay visible."""
+    lines = source.rstrip("\n").split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        out.append(lines[i])
+        if lines[i].startswith(("__global__", "__device__")):
+            j = i + 1
+            while lines[j].strip() != "{":
+                out.append(lines[j])
+                j += 1
+            close = next(k for k in range(j + 1, len(lines)) if lines[k] == "}")
+            out += [lines[j], "    " + BEGIN] + lines[j + 1:close] + ["    " + END, lines[close]]
+            i = close + 1
+            continue
+        i += 1
+    return "\n".join(out) + "\n"
+
+
+def graph_kernel_cell(variable: str, solution_file: str, grade_id: str):
+    src = with_function_markers((SOLUTIONS / solution_file).read_text())
+    assert '"""' not in src and not src.rstrip().endswith("\\")
+    return answer(f'{variable} = r"""{src}"""\n', grade_id)
+
+
+def graph_tests(variable: str, kind: str, points: dict[str, float], what: dict[str, str]) -> list:
+    return [tests(f"""
+# Hidden test ({p:g} point{'s' if p != 1 else ''}): {what[check]}.
+### BEGIN HIDDEN TESTS
+grader.grade_graph("{kind}", {variable}, "{check}", points={p:g})
+### END HIDDEN TESTS
+""", f"{kind}-{check}", p) for check, p in points.items()]
+
+
+DEFINITIONS = """
+**Definitions (used by every check).**
+
+- Inputs A (M x K) and B (K x N) with entries uniform in [0, 1), so C = A·B is non-negative; C is computed on
+  the GPU by an SGEMM stage (the reference `smem-tiling` kernel, through `grader.graph.sgemm_on_device`).
+- The two minimums: the two smallest entries of C at distinct positions, as (value, row, col); ties go to the
+  smaller row-major index. Only these two values and their indices (and a few flags) may travel back to the host.
+- The graph: one vertex per cell of C; edges join 4-neighbours; entering cell v costs C[v]. Sources: the two
+  minimum cells. Output: the two distance maps (M x N, float32), the cost of the shortest path from the first
+  minimum to the second, and that path as a list of cells.
+- Convention: the edge u -> v weighs C[v]; the source's own cost is not counted (its distance is 0), so a
+  path's cost is the sum of C over every cell of the path except the first.
+"""
+
+
+def lab3():
+    return [
+        md("""
+# Lab 3 - The two minimums of C: a parallel top-2 reduction
+
+Finding the smallest entries of a matrix that lives on the GPU must not mean copying it to the host and looping
+over it there: C = A·B of size 16384 x 16384 is 1 GiB. Here you write a **top-2 reduction** that runs entirely on
+the GPU (threads, then warps with shuffles, then the block in shared memory, then the grid with 64-bit atomics),
+then **fuse** it into the SGEMM epilogue, and finally the host function that ties it together and reads back 16 bytes.
+""", "intro"),
+        md(DEFINITIONS, "definitions"),
+        md(GRADING_NOTE.replace("correctness", "exactness"), "grading-note"),
+        readonly(SETUP, "setup"),
+        md("""
+## Keys: value and index in one 64-bit integer
+
+For non-negative floats the IEEE-754 bit patterns order like unsigned integers. So
+`key = (float bits << 32) | index` (an `unsigned long long`) orders by value first and index second: the smallest
+key is the smallest value with ties to the smaller index, and two positions never share a key. `atomicMin` on
+such keys merges candidates from different blocks in one instruction.
+"""),
+        *question("KEY_HALF", "q-key", "0.5", 0.5, 1e-6,
+                  "Q1: which float has the bits 0x3F000000 (the upper half of the key 0x3F00000000000007)?"),
+        *question("TOP2_BYTES_16K", "q-bytes", "4 * 16384**2", 4 * 16384 ** 2, 1e-6,
+                  "Q2: how many bytes must the top-2 reduction read from global memory for a 16384 x 16384 C?"),
+        *question("TOP2_TIME_US", "q-time", f"4 * 16384**2 / {H200['hbm_tbs']}e12 * 1e6",
+                  4 * 16384 ** 2 / (H200["hbm_tbs"] * 1e12) * 1e6, 0.02,
+                  "Q3: the least time in microseconds to read them at the H200's 4.8 TB/s."),
+        md("""
+## The top-2 kernel
+
+`top2(const float* x, int n, unsigned long long* out)` is launched with blocks of 256 threads and any number of
+blocks; `out[0]` and `out[1]` hold `~0ull` before the launch and must hold the two smallest keys after it. Write
+the helper functions and the kernel. The checks use adversarial inputs: ties, both minimums in one thread, warp or
+block, in the last partial block, at index 0 and at the last index, shapes 1x2, 1xN, Mx1.
+"""),
+        graph_kernel_cell("TOP2_SOURCE", "top2.cu", "top2-kernel"),
+        plain("""
+# Self-check: every check, with its diagnosis.
+grader.check_graph("top2", TOP2_SOURCE)
+"""),
+        *graph_tests("TOP2_SOURCE", "top2", {"top2-exact": 3, "top2-races": 1},
+                     {"top2-exact": "the two minimums exact against numpy on adversarial inputs and after a GPU SGEMM",
+                      "top2-races": "no races (a missing __syncthreads()?) or out-of-bounds accesses, and the same "
+                                    "result in any thread order (emulator analysis)"}),
+        md("""
+## Fused: SGEMM whose epilogue finds the block's top-2
+
+The separate reduction reads C once more after the SGEMM wrote it. In the fused kernel each thread still holds its
+element of C in a register after the tiled SGEMM loop (stage 3): form its key there, merge in the warp, in the
+block, and into `out` with atomics. Launch: blocks of 32 x 32 threads, a grid of (ceil(N/32), ceil(M/32)).
+"""),
+        graph_kernel_cell("FUSED_SOURCE", "sgemm-top2.cu", "sgemm-top2-kernel"),
+        plain("""
+grader.check_graph("sgemm-top2", FUSED_SOURCE)
+"""),
+        *graph_tests("FUSED_SOURCE", "sgemm-top2", {"sgemm-top2-exact": 2, "sgemm-top2-races": 1},
+                     {"sgemm-top2-exact": "C correct and its two minimums exact, ties included",
+                      "sgemm-top2-races": "no races or out-of-bounds accesses, any thread order"}),
+        md("""
+## The host function
+
+Write `minimums(A, B)`: compute C on the GPU with `grader.graph.sgemm_on_device(A, B)` (it returns the device
+allocation of C and M, N), find the two minimums with your `top2` kernel, and return
+`((value, row, col), (value, row, col))`. The check counts the bytes copied from the device while your function
+runs (`memcpy_dtoh`, `GPUArray.get`, `drv.Out`): at most 64 bytes, so no loop over C on the host.
+"""),
+        answer("""
+import pycuda.driver as drv
+from pycuda.compiler import SourceModule
+from grader import graph
+
+def minimums(A, B):
+    ### BEGIN SOLUTION
+    top2 = SourceModule(TOP2_SOURCE).get_function("top2")
+    c, M, N = graph.sgemm_on_device(A, B)
+    k1, k2 = graph.top2_keys(top2, c, M * N)
+    c.free()
+    return graph.unpack(k1, N), graph.unpack(k2, N)
+    ### END SOLUTION
+""", "host-function"),
+        tests("""
+# Hidden test (2 points): the two minimums right, at most 64 bytes back from the device.
+### BEGIN HIDDEN TESTS
+_report = grader.check_host_minimums(minimums)
+print(_report.text())
+_report.points("host-transfers", 2)
+### END HIDDEN TESTS
+""", "host-function-test", 2),
+        readonly("""
+# C with its two minimums marked.
+import matplotlib.pyplot as plt
+_rng = np.random.default_rng(0)
+A, B = grader.graph.inputs(96, 128, 16, _rng)
+(m1, m2) = minimums(A, B)
+C = A.astype(np.float64) @ B
+fig, ax = plt.subplots(figsize=(6, 4.5))
+im = ax.imshow(C, cmap="viridis")
+ax.plot([m1[2]], [m1[1]], "r*", markersize=14, label=f"first minimum {m1[0]:.3f}")
+ax.plot([m2[2]], [m2[1]], "w*", markersize=14, label=f"second minimum {m2[0]:.3f}")
+ax.legend(fontsize=8)
+fig.colorbar(im, ax=ax, label="C")
+plt.show()
+""", "minimums-figure"),
+    ]
+
+
+def lab4():
+    return [
+        md("""
+# Lab 4 - Shortest paths on the grid of C
+
+C becomes a graph: one vertex per cell, edges between 4-neighbours, entering cell v costs C[v]. From each of the
+two minimums of C (lab 3) we compute a **distance map**, then the **shortest path** from the first minimum to the
+second - all on the GPU; the host only relaunches the relaxation kernel until a round changes nothing (one 4-byte
+flag per round) and reads back the outputs.
+""", "intro"),
+        md(DEFINITIONS, "definitions"),
+        md(GRADING_NOTE.replace("correctness", "distances"), "grading-note"),
+        readonly(SETUP, "setup"),
+        md("""
+## How many sweeps?
+
+A plain Bellman-Ford sweep (one launch, every cell relaxed once from its neighbours) moves the frontier one cell.
+With A, B uniform in [0, 1), C is nearly constant and the shortest paths are nearly monotone staircases of about
+M + N cells. Relaxing a 32 x 32 tile in shared memory until it stops changing moves the frontier a whole tile per
+launch.
+"""),
+        *question("SWEEPS_PLAIN_4096", "q-sweeps", "4096 + 4096", 8192, 0.05,
+                  "Q1: about how many plain sweeps for a 4096 x 4096 C, sources in a corner?"),
+        *question("SWEEPS_TILED_4096", "q-tiled-sweeps", "(4096 + 4096) / 32", 256, 0.05,
+                  "Q2: about how many tiled launches (32 x 32 tiles) for the same C?"),
+        md("""
+## The kernels
+
+`sssp_relax(M, N, C, dist, stamp, round, last_round)`: blocks of 32 x 32 threads, a grid of (ceil(N/32),
+ceil(M/32)). `dist` is updated in place; `stamp[t]` is the last round in which tile t changed (-1: never). Visit a
+tile only when it or a 4-neighbour tile changed in round `round - 1` or later; relax it in shared memory until
+nothing changes; when something changed, write it back, set `stamp` and `*last_round = round`.
+The host (`grader.graph.sssp_distances`) sets dist to +inf and 0 at the source, then launches rounds 1, 2, ...
+until `*last_round` stays below the round.
+
+`sssp_path(M, N, C, dist, source, target, path, max_len, length)`: one warp walks from `target` to `source`
+along the neighbour with the smallest distance (ties to the smaller index) and writes the path, source first;
+`*length` = its number of cells (negative or 0 when the walk got lost).
+"""),
+        graph_kernel_cell("SSSP_SOURCE", "sssp.cu", "sssp-kernel"),
+        plain("""
+grader.check_graph("sssp", SSSP_SOURCE)
+"""),
+        *graph_tests("SSSP_SOURCE", "sssp", {"sssp-distances": 3, "sssp-path": 2},
+                     {"sssp-distances": "both distance maps against scipy's Dijkstra in float64 (relative tolerance "
+                                        "2^-22 (M + N + 2)), and converged",
+                      "sssp-path": "the path is 4-connected, starts and ends at the minimums, and its cost equals "
+                                   "the reported distance and Dijkstra's"}),
+        readonly("""
+# The two distance maps, and the path drawn on C.
+import matplotlib.pyplot as plt
+_rng = np.random.default_rng(0)
+A, B = grader.graph.inputs(96, 128, 16, _rng)
+out = grader.graph.shortest_paths(A, B, SSSP_SOURCE)
+C = A.astype(np.float64) @ B
+(m1, m2), path = out["minimums"], np.array(out["path"])
+fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+for ax, d, m, title in ((axes[0], out["dist1"], m1, "distance from minimum 1"),
+                        (axes[1], out["dist2"], m2, "distance from minimum 2")):
+    fig.colorbar(ax.imshow(d, cmap="magma"), ax=ax)
+    ax.plot([m[2]], [m[1]], "c*", markersize=12)
+    ax.set_title(title)
+fig.colorbar(axes[2].imshow(C, cmap="viridis"), ax=axes[2])
+axes[2].plot(path[:, 1], path[:, 0], "r-", linewidth=2)
+axes[2].set_title(f"shortest path, cost {out['cost']:.2f}")
+plt.show()
+""", "paths-figure"),
+        *question("PATH_CELLS_MIN", "q-path-cells", "95 + 127 + 1", 223, 1e-6,
+                  "Q3: the fewest cells (both ends included) a 4-connected path from (0, 0) to (95, 127) can have."),
+    ]
+
+
 LAB_BUILDERS = {("01-naive-coalesced", "naive-coalesced.ipynb"): lab1,
-                ("02-smem-tiling", "smem-tiling.ipynb"): lab2}
+                ("02-smem-tiling", "smem-tiling.ipynb"): lab2,
+                ("03-minimums", "minimums.ipynb"): lab3,
+                ("04-shortest-paths", "shortest-paths.ipynb"): lab4}
 
 
 def build() -> dict[Path, str]:

@@ -1,0 +1,270 @@
+"""Lab 3 checks: the top-2 reduction (solutions/top2.cu), the fused SGEMM +
+top-2 (solutions/sgemm-top2.cu) and a host function minimums(A, B).
+
+    run_top2(source, seed)        exact against numpy on adversarial arrays (ties, both minimums in one
+                                  thread / warp / block, in the scalar tail, at index 0 and the last index,
+                                  1 x 2, 1 x N, M x 1, non-multiples) and after a GPU SGEMM
+    run_top2_races(source, seed)  emulator analysis (races, out-of-bounds) and permuted thread orders
+    run_fused(source, seed)       the fused kernel: C correct and its two minimums exact
+    run_fused_races(source, seed) as run_top2_races for the fused kernel
+    run_host(function, seed)      the two minimums right, at most HOST_BYTES bytes device -> host
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import graph
+from ..report import CheckResult
+from . import analysis
+from .common import launch_failure, new_seed
+
+HOST_BYTES = 64      # two 8-byte keys and a few flags
+
+
+def _fmt(m) -> str:
+    return f"(value {m[0]:.7g}, row {m[1]}, col {m[2]})"
+
+
+def adversarial(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
+    """(description, non-negative float32 M x N array) pairs."""
+    cases = []
+
+    def base(M, N):
+        return rng.uniform(0.5, 1.0, (M, N)).astype(np.float32)
+
+    x = base(1, 2); cases.append(("1 x 2", x))
+    x = base(1, 2); x[0, 1] = x[0, 0]; cases.append(("1 x 2, equal values (tie: both cells)", x))
+    x = base(1, 1000); cases.append(("1 x 1000", x))
+    x = base(777, 1); cases.append(("777 x 1", x))
+    x = base(37, 53); x.flat[0] = 0.1; x.flat[-1] = 0.2; cases.append(("37 x 53, minimums at index 0 and the "
+                                                                          "last index", x))
+    x = base(37, 53); x.flat[-1] = 0.1; x.flat[-2] = 0.2; cases.append(("37 x 53, minimums at the last two "
+                                                                          "indices (the scalar tail)", x))
+    x = base(61, 67); x.flat[4 * 100] = 0.2; x.flat[4 * 100 + 2] = 0.1
+    cases.append(("61 x 67, both minimums in one float4 (one thread)", x))
+    x = base(61, 67); x.flat[4 * 96 + 5] = 0.1; x.flat[4 * 96 + 70] = 0.1
+    cases.append(("61 x 67, equal minimums in one warp", x))
+    x = base(61, 67); x.flat[4 * 256 + 3] = 0.3; x.flat[4 * 256 + 900] = 0.1
+    cases.append(("61 x 67, both minimums in one block, different warps", x))
+    n = 123 * 91
+    x = base(123, 91); x.flat[n - 7] = 0.2; x.flat[n - 300] = 0.2
+    cases.append(("123 x 91, tie in the last (partial) block", x))
+    x = np.full((33, 35), 0.75, np.float32); cases.append(("33 x 35, all equal (indices 0 and 1)", x))
+    x = rng.integers(0, 4, (150, 149)).astype(np.float32) / 4; cases.append(("150 x 149, many ties "
+                                                                              "(values 0, 0.25, 0.5, 0.75)", x))
+    x = base(300, 300); i, j = rng.choice(x.size, 2, replace=False); x.flat[i] = 0.01; x.flat[j] = 0.02
+    cases.append(("300 x 300 (many blocks), random positions", x))
+    x = base(300, 300); x.flat[5] = 0.0; x.flat[89_999] = 0.0; cases.append(("300 x 300, two zeros", x))
+    return cases
+
+
+def compare(got: tuple[int, int], x: np.ndarray, what: str) -> str | None:
+    """None when the keys are the two minimums of x, else what is wrong."""
+    M, N = x.shape
+    want = graph.reference_top2(x, N)
+    k1, k2 = got
+    if k1 == graph.EMPTY_KEY or k2 == graph.EMPTY_KEY:
+        return (f"{what}: {'no minimum' if k1 == graph.EMPTY_KEY else 'no second minimum'} was written "
+                f"(key still ~0); expected {_fmt(want[0])} and {_fmt(want[1])}")
+    g1, g2 = graph.unpack(k1, N), graph.unpack(k2, N)
+    if (k1 & 0xFFFFFFFF) >= M * N or (k2 & 0xFFFFFFFF) >= M * N:
+        return f"{what}: an index outside the array: got {_fmt(g1)} and {_fmt(g2)}"
+    if k1 == k2:
+        return (f"{what}: the same cell twice {_fmt(g1)}: the second minimum must be at a different position "
+                f"(expected {_fmt(want[0])} and {_fmt(want[1])})")
+    if (g1, g2) != want:
+        return f"{what}: expected {_fmt(want[0])} and {_fmt(want[1])}, got {_fmt(g1)} and {_fmt(g2)}"
+    return None
+
+
+def _compile(kind, source, emulator=False):
+    try:
+        return graph.compile_kernels(kind, source, emulator=emulator), None
+    except graph.CompileFailed as e:
+        return (None, ""), f"the kernel does not compile:\n{e}"
+
+
+def run_top2(source: str, seed: int | None = None, name: str = "top2-exact") -> CheckResult:
+    seed = new_seed() if seed is None else int(seed)
+    rng = np.random.default_rng(seed)
+    (fns, log), err = _compile("top2", source)
+    if err:
+        return CheckResult.make(name, False, err, details={"seed": seed})
+    drv = graph._drv_of(fns["top2"])
+    lines, ok = [], True
+    cases = adversarial(rng)
+    for what, x in cases:
+        try:
+            xd = drv.to_device(np.ascontiguousarray(x))
+            got = graph.top2_keys(fns["top2"], xd, x.size)
+            xd.free()
+        except Exception as e:
+            ok = False
+            lines.append(f"{what}: {launch_failure(drv, e) or f'{type(e).__name__}: {e}'}")
+            break
+        problem = compare(got, x, what)
+        if problem:
+            ok = False
+            lines.append(problem)
+    # After a GPU SGEMM (A, B uniform in [0, 1)): C stays on the device.
+    M, N, K = 130, 97, 40
+    A, B = graph.inputs(M, N, K, rng)
+    if ok:
+        c, _, _ = graph.sgemm_on_device(A, B)
+        C = np.empty((M, N), np.float32)
+        drv.memcpy_dtoh(C, c)
+        problem = compare(graph.top2_keys(fns["top2"], c, M * N), C, f"C = A B, M={M} N={N} K={K}")
+        c.free()
+        if problem:
+            ok = False
+            lines.append(problem)
+    head = (f"the two minimums are exact on all {len(cases) + 1} inputs" if ok else "wrong") + \
+        f" (random seed {seed}; ties to the smaller row-major index)"
+    return CheckResult.make(name, ok, head + ("\n" + "\n".join(lines) if lines else ""),
+                            details={"seed": seed}, output=log)
+
+
+def _races(kind: str, source: str, seed, name: str, launch) -> CheckResult:
+    """Emulator analysis of one launch plus permuted thread orders; launch(fns, rng) -> keys."""
+    seed = new_seed() if seed is None else int(seed)
+    (fns, log), err = _compile(kind, source, emulator=True)
+    if err:
+        return CheckResult.make(name, False, err, details={"seed": seed})
+    problems = []
+    drv = graph.driver(emulator=True)
+    try:
+        with analysis.thread_order(0), analysis.analysis() as report:
+            keys0 = launch(fns, np.random.default_rng(seed))
+    except Exception as e:
+        return CheckResult.make(name, False, launch_failure(drv, e) or f"{type(e).__name__}: {e}",
+                                details={"seed": seed}, output=log)
+    if report is not None:
+        races, oob = list(report.races), list(report.out_of_bounds)
+        if races:
+            problems.append(f"{len(races)} race(s) on shared or global memory - a missing __syncthreads() "
+                            "between the warps' writes to shared memory and warp 0's reads? e.g.:\n  "
+                            + "\n  ".join(analysis.describe(r) for r in races[:3]))
+        if oob:
+            problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
+                            + "\n  ".join(analysis.describe(r) for r in oob[:3]))
+    for s in (0x5EED1, 0xC0FFEE):
+        with analysis.thread_order(s):
+            keys = launch(fns, np.random.default_rng(seed))
+        if keys != keys0:
+            problems.append(f"the result depends on the order in which threads run (thread order seed {s:#x}): "
+                            f"keys {keys0} in the normal order, {keys} permuted - a missing __syncthreads()?")
+            break
+    if problems:
+        return CheckResult.make(name, False, "\n".join(problems), details={"seed": seed}, output=log)
+    return CheckResult.make(name, True, "no races, no out-of-bounds accesses, the same minimums in 3 thread "
+                            "orders", details={"seed": seed}, output=log)
+
+
+def run_top2_races(source: str, seed: int | None = None) -> CheckResult:
+    def launch(fns, rng):
+        drv = graph.driver(emulator=True)
+        x = rng.uniform(0.5, 1.0, 6007).astype(np.float32)
+        x[[17, 2100]] = 0.1
+        xd = drv.to_device(x)
+        keys = graph.top2_keys(fns["top2"], xd, x.size, blocks=3)
+        xd.free()
+        return keys
+    return _races("top2", source, seed, "top2-races", launch)
+
+
+def fused_cases(rng):
+    cases = []
+    for M, N, K in [(1, 2, 5), (1, 70, 9), (67, 1, 13), (45, 39, 37), (100, 130, 20)]:
+        A, B = graph.inputs(M, N, K, rng)
+        cases.append((f"M={M} N={N} K={K}", A, B))
+    A, B = graph.inputs(70, 90, 11, rng)
+    A[[40, 9]] = 0.0                      # two zero rows of C: 180 tied zeros
+    cases.append(("M=70 N=90 K=11, rows 9 and 40 of C zero (ties)", A, B))
+    A, B = graph.inputs(64, 64, 8, rng)
+    B[:, 63] = 0.0                        # the last column of C zero
+    cases.append(("M=64 N=64 K=8, last column of C zero", A, B))
+    return cases
+
+
+def run_fused(source: str, seed: int | None = None) -> CheckResult:
+    from .. import sgemm
+    name = "sgemm-top2-exact"
+    seed = new_seed() if seed is None else int(seed)
+    rng = np.random.default_rng(seed)
+    (fns, log), err = _compile("sgemm-top2", source)
+    if err:
+        return CheckResult.make(name, False, err, details={"seed": seed})
+    drv = graph._drv_of(fns["sgemm_top2"])
+    lines, ok = [], True
+    cases = fused_cases(rng)
+    for what, A, B in cases:
+        try:
+            k1, k2, C = graph.fused_keys(fns["sgemm_top2"], A, B, keep_c=True)
+        except Exception as e:
+            ok = False
+            lines.append(f"{what}: {launch_failure(drv, e) or f'{type(e).__name__}: {e}'}")
+            break
+        cmp = sgemm.compare(C, A, B)
+        if not cmp.ok:
+            ok = False
+            lines.append(f"{what}: C itself is wrong: {cmp.describe((A.shape[0], B.shape[1], A.shape[1]))}")
+            continue
+        problem = compare((k1, k2), C, what)
+        if problem:
+            ok = False
+            lines.append(problem)
+    head = (f"C and its two minimums exact on all {len(cases)} shapes" if ok else "wrong") + \
+        f" (random seed {seed})"
+    return CheckResult.make(name, ok, head + ("\n" + "\n".join(lines) if lines else ""),
+                            details={"seed": seed}, output=log)
+
+
+def run_fused_races(source: str, seed: int | None = None) -> CheckResult:
+    def launch(fns, rng):
+        A, B = graph.inputs(45, 39, 37, rng)
+        k1, k2, _ = graph.fused_keys(fns["sgemm_top2"], A, B)
+        return k1, k2
+    return _races("sgemm-top2", source, seed, "sgemm-top2-races", launch)
+
+
+def run_host(function, seed: int | None = None) -> CheckResult:
+    """function(A, B) -> ((value, row, col), (value, row, col)), with the minimums found on the GPU."""
+    name = "host-transfers"
+    seed = new_seed() if seed is None else int(seed)
+    rng = np.random.default_rng(seed)
+    drv = graph.driver()
+    lines, ok = [], True
+    for M, N, K in [(1, 2, 3), (131, 77, 45), (256, 300, 64)]:
+        A, B = graph.inputs(M, N, K, rng)
+        c, _, _ = graph.sgemm_on_device(A, B)
+        C = np.empty((M, N), np.float32)
+        drv.memcpy_dtoh(C, c)
+        c.free()
+        want = graph.reference_top2(C, N)
+        try:
+            with graph.count_dtoh(drv) as t:
+                got = function(A, B)
+        except Exception as e:
+            ok = False
+            lines.append(f"M={M} N={N} K={K}: your function raised {type(e).__name__}: {e}")
+            continue
+        try:
+            got = tuple((float(v), int(r), int(cc)) for v, r, cc in got)
+        except Exception:
+            ok = False
+            lines.append(f"M={M} N={N} K={K}: expected ((value, row, col), (value, row, col)), got {got!r}")
+            continue
+        shape = f"M={M} N={N} K={K}"
+        if t.bytes > HOST_BYTES:
+            ok = False
+            lines.append(f"{shape}: {t.bytes} bytes came back from the device in {t.calls} copies (limit "
+                         f"{HOST_BYTES}: the two keys and a few flags) - the reduction must run on the GPU, "
+                         "not in a loop over C on the host")
+        elif got[0][1:] != want[0][1:] or got[1][1:] != want[1][1:] or len(got) != 2:
+            ok = False
+            lines.append(f"{shape}: expected {_fmt(want[0])} and {_fmt(want[1])}, got {_fmt(got[0])} and "
+                         f"{_fmt(got[1])}")
+        else:
+            lines.append(f"{shape}: right, {t.bytes} bytes from the device")
+    return CheckResult.make(name, ok, ("right, and only the keys came back" if ok else "wrong") +
+                            f" (random seed {seed})\n" + "\n".join(lines), details={"seed": seed})

@@ -1,0 +1,82 @@
+"""Lab 3: the top-2 reduction and the fused SGEMM + top-2 (solutions/top2.cu,
+solutions/sgemm-top2.cu) pass every check; broken variants fail with the
+expected message."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import grader
+from grader import graph
+from grader.checks import minimums as checks
+
+ON_EMULATOR = grader.BACKEND.name == "emulator"
+
+TOP2 = graph.solution("top2")
+FUSED = graph.solution("sgemm-top2")
+BARRIER = "    __syncthreads();\n    if (warp == 0) {"
+NO_BARRIER = TOP2.replace(BARRIER, "    if (warp == 0) {")
+SAME_CELL_TWICE = TOP2.replace("atomicMin(&out[1], old > k1 ? old : k1);", "atomicMin(&out[1], k1);")
+
+
+def test_variants_differ():
+    assert NO_BARRIER != TOP2 and SAME_CELL_TWICE != TOP2
+
+
+def test_reference_top2_numpy():
+    x = np.array([[3, 1, 1], [0.5, 2, 0.5]], np.float32)
+    assert graph.reference_top2(x, 3) == ((0.5, 1, 0), (0.5, 1, 2))
+    assert graph.unpack((int(np.float32(0.5).view(np.uint32)) << 32) | 5, 3) == (0.5, 1, 2)
+
+
+@pytest.mark.parametrize("run", [checks.run_top2, checks.run_top2_races], ids=["exact", "races"])
+def test_top2_reference_passes(run):
+    r = run(TOP2, 7)
+    assert r.passed, r.text()
+
+
+@pytest.mark.parametrize("run", [checks.run_fused, checks.run_fused_races], ids=["exact", "races"])
+def test_fused_reference_passes(run):
+    r = run(FUSED, 7)
+    assert r.passed, r.text()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_missing_barrier_fails():
+    r = checks.run_top2_races(NO_BARRIER, 3)
+    assert not r.passed
+    assert "race" in r.message and "__syncthreads()" in r.message, r.message
+
+
+def test_same_cell_twice_fails():
+    r = checks.run_top2(SAME_CELL_TWICE, 3)
+    assert not r.passed
+    assert "the same cell twice" in r.message, r.message
+
+
+def test_host_function_passes_and_host_loop_fails():
+    r = checks.run_host(graph.minimums, 5)
+    assert r.passed, r.text()
+
+    def host_loop(A, B):             # reads all of C back and searches it on the host
+        c, M, N = graph.sgemm_on_device(A, B)
+        C = np.empty(M * N, np.float32)
+        graph.driver().memcpy_dtoh(C, c)
+        order = sorted(range(M * N), key=lambda i: (C[i], i))[:2]
+        return tuple((float(C[i]), i // N, i % N) for i in order)
+    r = checks.run_host(host_loop, 5)
+    assert not r.passed
+    assert "bytes came back from the device" in r.message and "not in a loop over C on the host" in r.message
+
+
+def test_compile_error_is_a_failed_check():
+    r = checks.run_top2(TOP2.replace("insert(make_key(v.x", "insrt(make_key(v.x"), 1)
+    assert not r.passed and "does not compile" in r.message
+
+
+def test_check_graph_isolated_report():
+    report = grader.check_graph("top2", TOP2, checks=["top2-exact"], seed=11)
+    assert report.passed("top2-exact"), report.text()
+    assert report.points("top2-exact", 3) == 3.0
+    bad = grader.check_graph("top2", SAME_CELL_TWICE, checks=["top2-exact"], seed=11)
+    assert bad.points("top2-exact", 3) == 0.0

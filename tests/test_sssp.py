@@ -1,0 +1,54 @@
+"""Lab 4: shortest paths on the grid graph of C (solutions/sssp.cu) pass every
+check; an SSSP that stops one sweep early fails with the expected message."""
+from __future__ import annotations
+
+import numpy as np
+
+import grader
+from grader import graph
+from grader.checks import sssp as checks
+
+SSSP = graph.solution("sssp")
+
+
+def test_dijkstra_convention():
+    C = np.array([[1, 2], [3, 4]], np.float32)
+    d = checks.dijkstra(C, 0)
+    assert d.tolist() == [[0, 2], [3, 6]]          # entering v costs C[v]; the source's own cost is not counted
+
+
+def test_distances_pass():
+    r = checks.run_distances(SSSP, 7)
+    assert r.passed, r.text()
+
+
+def test_path_passes():
+    r = checks.run_path(SSSP, 7)
+    assert r.passed, r.text()
+
+
+def test_stopping_one_sweep_early_fails():
+    r = checks.run_distances(SSSP, 7, stop_early=True)
+    assert not r.passed
+    assert "not converged: one more Bellman-Ford sweep still lowers" in r.message, r.message
+
+
+def test_broken_path_fails():
+    wrong_start = SSSP.replace("int v = target, len = 0;", "int v = target, len = 0; source = target;")
+    r = checks.run_path(wrong_start, 7)
+    assert not r.passed and "not at the first minimum" in r.message, r.message
+
+
+def test_shortest_paths_transfers():
+    rng = np.random.default_rng(1)
+    A, B = graph.inputs(40, 50, 8, rng)
+    with graph.count_dtoh() as t:
+        out = graph.shortest_paths(A, B)
+    M, N = 40, 50
+    limit = 2 * 4 * M * N + 16 + 4 * (len(out["path"]) + 1) + 4 * (sum(out["rounds"]) + 2)
+    assert t.bytes <= limit
+
+
+def test_check_graph_isolated_report():
+    report = grader.check_graph("sssp", SSSP, checks=["sssp-path"], seed=3)
+    assert report.passed("sssp-path"), report.text()

@@ -39,6 +39,12 @@ def run(stage, source: str, seed: int | None = None, table: dict | None = None) 
         function, log = compile_function(stage, source)
     except CompileFailed as e:
         return CheckResult.make(NAME, False, f"the kernel does not compile:\n{e}")
+    from . import correctness
+    if correctness.run(stage, source, seed=seed).status != PASSED:
+        # Fast but wrong is not fast enough: timing alone checks only the timed
+        # shape, which may be a tile multiple where a missing bounds check hides.
+        return CheckResult(NAME, FAILED, "not timed: the kernel must pass the correctness check before its "
+                           "speed counts", 0.0, output=log)
     M, N, K = th.size
     w = perf.make_workload(M, N, K, seed=seed, budget_s=BUDGET_S)
     m = perf.measure_sgemm(function, stage.launch(M, N, K), w, budget_s=BUDGET_S)

@@ -102,7 +102,7 @@ def bank_conflicts(c: dict) -> list[str]:
 
     def a_vec(tid, r, cc):
         f = tid + r * NT
-        q, m, k = f % 2, (f // 2) % BM, (f // (2 * BM)) * 8 + 4 * (f % 2)
+        m, k = (f // 2) % BM, (f // (2 * BM)) * 8 + 4 * (f % 2)
         return as_addr(k + cc, m)
 
     for cc in range(4):

@@ -22,11 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -303,35 +299,9 @@ def _check_function(name: str):
 
 def run_isolated(name: str, source: str, seed: int | None = None, timeout: float | None = None):
     """One check of a kernel source in a fresh process (see grader.isolation)."""
-    from .isolation import _clean, _signal_name, child_env
-    from .report import FAILED, CheckResult
-    timeout = float(timeout or TIMEOUT)
-    with tempfile.TemporaryDirectory(prefix="grader-graph-") as tmp:
-        result_path = Path(tmp) / "result.json"
-        job = {"check": name, "source": source, "seed": seed, "result": str(result_path),
-               "launch_timeout": max(5.0, timeout * 0.8)}
-        proc = subprocess.Popen([sys.executable, "-m", "grader.graph"], cwd=tmp, env=child_env(),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, text=True)
-        try:
-            out, _ = proc.communicate(json.dumps(job), timeout=timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-            return CheckResult(name, FAILED, f"stopped after {timeout:.0f} s: the kernel hangs or is far too "
-                               "slow (an endless loop? a relaxation that never stops changing?)", 0.0,
-                               output=_clean(out or "")[-4000:])
-        out = _clean(out or "")
-        if result_path.exists():
-            result = CheckResult.from_dict(json.loads(result_path.read_text()))
-            if out:
-                result.output = ((result.output + "\n" + out) if result.output else out)[-8000:]
-            return result
-        code = proc.returncode
-        why = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with status {code}"
-        return CheckResult(name, FAILED, f"the grading process {why} without a result: the kernel crashed it "
-                           "(see the captured output)", 0.0, output=out[-4000:])
+    from .isolation import run_in_child
+    return run_in_child("grader.graph", {"check": name, "source": source, "seed": seed}, name,
+                        float(timeout or TIMEOUT), hang_hint="an endless loop? a relaxation that never stops changing?")
 
 
 _CACHE: dict = {}

@@ -59,11 +59,20 @@ def run_check(check: str, stage_id: str, source: str, seed: int | None = None, t
               backend: str | None = None) -> CheckResult:
     """The named check's result, computed in a fresh process."""
     timeout = float(timeout or DEFAULT_TIMEOUTS.get(check, 240))
+    job = {"check": check, "stage": stage_id, "source": source, "seed": seed}
+    return run_in_child("grader.isolation", job, check, timeout, backend,
+                        "an endless loop? a __syncthreads() some threads never reach?")
+
+
+def run_in_child(module: str, job: dict, name: str, timeout: float, backend: str | None = None,
+                 hang_hint: str = "an endless loop?") -> CheckResult:
+    """Run `python -m module`, which reads `job` (JSON) on stdin and writes a
+    CheckResult as JSON to job["result"]; a hang, a crash or no result
+    becomes a failed CheckResult named `name`."""
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         result_path = Path(tmp) / "result.json"
-        job = {"check": check, "stage": stage_id, "source": source, "seed": seed, "result": str(result_path),
-               "launch_timeout": max(5.0, timeout * 0.8)}
-        proc = subprocess.Popen([sys.executable, "-m", "grader.isolation"], cwd=tmp, env=child_env(backend),
+        job = {**job, "result": str(result_path), "launch_timeout": max(5.0, timeout * 0.8)}
+        proc = subprocess.Popen([sys.executable, "-m", module], cwd=tmp, env=child_env(backend),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True, text=True)
         try:
@@ -78,14 +87,13 @@ def run_check(check: str, stage_id: str, source: str, seed: int | None = None, t
             out, _ = proc.communicate()
         out = _clean(out or "")
         if timed_out:
-            return CheckResult(check, FAILED, f"stopped after {timeout:.0f} s: the kernel hangs or is far too "
-                               "slow (an endless loop? a __syncthreads() some threads never reach?)",
-                               0.0, output=out[-4000:])
+            return CheckResult(name, FAILED, f"stopped after {timeout:.0f} s: the kernel hangs or is far too "
+                               f"slow ({hang_hint})", 0.0, output=out[-4000:])
         if result_path.exists():
             try:
                 result = CheckResult.from_dict(json.loads(result_path.read_text()))
             except Exception as e:
-                return CheckResult(check, FAILED, f"the grading process left an unreadable result: {e}", 0.0,
+                return CheckResult(name, FAILED, f"the grading process left an unreadable result: {e}", 0.0,
                                    output=out[-4000:])
             if out:
                 result.output = (result.output + "\n" + out).strip() if result.output else out
@@ -93,7 +101,7 @@ def run_check(check: str, stage_id: str, source: str, seed: int | None = None, t
             return result
         code = proc.returncode
         why = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with status {code}"
-        return CheckResult(check, FAILED, f"the grading process {why} without a result: the kernel crashed it "
+        return CheckResult(name, FAILED, f"the grading process {why} without a result: the kernel crashed it "
                            "(see the captured output)", 0.0, output=out[-4000:])
 
 

@@ -6,23 +6,10 @@ from __future__ import annotations
 import contextlib
 
 
-def available() -> bool:
-    try:
-        from ..emulator import analyze  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @contextlib.contextmanager
 def analysis():
-    """`with analysis() as report:` around emulated launches; report is None
-    when this emulator has no analysis mode."""
-    try:
-        from ..emulator import analyze
-    except ImportError:
-        yield None
-        return
+    """`with analysis() as report:` around emulated launches."""
+    from ..emulator import analyze
     with analyze() as report:
         yield report
 

@@ -186,7 +186,7 @@ def ncu_results() -> dict[str, dict]:
     if not rows:
         raise RuntimeError(f"ncu gave no results:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     table = list(csv.reader(io.StringIO("\n".join(rows))))
-    header, units, body = table[0], table[1], table[2:]
+    header, body = table[0], table[2:]  # table[1]: units
     name_col = header.index("Kernel Name")
     out: dict[str, dict] = {}
     for row in body:

@@ -50,6 +50,8 @@ def parse_args(argv):
     p.add_argument("--budget", type=float, default=60.0, help="seconds one measurement may take")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="output folder (default results/<gpu-name>)")
+    p.add_argument("--replot", default=None, metavar="BENCH_JSON",
+                   help="only redraw roofline.png beside a recorded bench.json (no GPU needed)")
     p.add_argument("-h", "--help", action="store_true")
     args = p.parse_args(argv)
     if args.help:
@@ -105,6 +107,8 @@ def main(argv=None) -> int:
             args = parse_args(argv)
             if args is None:
                 return 0
+            if args.replot:
+                return replot(Path(args.replot))
             stage_list = select_stages(args.stages)
         except (ValueError, KeyError) as e:
             say(f"bench: {e.args[0] if e.args else e}")
@@ -294,6 +298,16 @@ def run_gpu(stage_list, args, argv) -> int:
     return 1 if bad else 0
 
 
+def replot(bench_json: Path) -> int:
+    """The roofline of recorded measurements, redrawn."""
+    d = json.loads(bench_json.read_text())
+    dev = d["device"]
+    path = roofline(d["results"], d["cublas"], dev["fp32_peak_gflops"] * 1e9, dev["copy_bandwidth_gbs"] * 1e9,
+                    bench_json.parent / "roofline.png", dev["name"])
+    say(f"bench: wrote {path}")
+    return 0
+
+
 def roofline(records, cublas_records, peak, bandwidth, path: Path, name: str):
     """Stages at 4096^3 (else the largest square shape) under the FP32 and bandwidth ceilings."""
     from .perf import arithmetic_intensity
@@ -310,21 +324,23 @@ def roofline(records, cublas_records, peak, bandwidth, path: Path, name: str):
         return None
     n = 4096 if 4096 in squares else squares[-1]
     ai = arithmetic_intensity(n, n, n)
-    x = np.logspace(-1, max(3.0, np.log10(ai) + 1), 200)
+    x = np.logspace(-1, np.log10(ai) + 1, 200)
     fig, ax = plt.subplots(figsize=(8, 5.5))
+    ax.set_ylim(peak / 1e9 / 2000, peak / 1e9 * 2)
     ax.loglog(x, np.minimum(peak, x * bandwidth) / 1e9, "k-", label="roofline")
     ax.axhline(peak / 1e9, color="gray", ls=":", label=f"FP32 peak {peak / 1e12:.1f} TFLOPS")
     ax.loglog(x, x * bandwidth / 1e9, color="gray", ls="--", label=f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
     points = [(r["stage"], r["gflops"]) for r in records
               if r["M"] == r["N"] == r["K"] == n and r["status"] == "ok"]
     points += [("cuBLAS", c["gflops"]) for c in cublas_records if c["M"] == c["N"] == c["K"] == n and c["gflops"]]
-    for i, (label, g) in enumerate(points):
-        ax.plot([ai], [g], "o")
-        ax.annotate(label, (ai, g), textcoords="offset points", xytext=(8, 6 * (i % 3) - 6), fontsize=8)
+    # Every stage moves the same minimum traffic, so they share one x: the legend names them.
+    colors = plt.get_cmap("tab20").colors
+    for i, (label, g) in enumerate(sorted(points, key=lambda p: -p[1])):
+        ax.plot([ai], [g], "o", color=colors[i % len(colors)], label=f"{label}: {g / 1e3:.1f} TFLOPS")
     ax.set_xlabel("arithmetic intensity (FLOP/byte, minimum traffic 4(MK+KN+MN))")
     ax.set_ylabel("GFLOPS")
     ax.set_title(f"SGEMM {n}^3 on {name}")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

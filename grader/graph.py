@@ -21,9 +21,6 @@ the source).
 from __future__ import annotations
 
 import contextlib
-import json
-import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -290,7 +287,7 @@ CHECKS = {"top2": ("top2-exact", "top2-races"),
 TIMEOUT = 300.0
 
 
-def _check_function(name: str):
+def check_function(name: str):
     from .checks import minimums, sssp
     return {"top2-exact": minimums.run_top2, "top2-races": minimums.run_top2_races,
             "sgemm-top2-exact": minimums.run_fused, "sgemm-top2-races": minimums.run_fused_races,
@@ -300,7 +297,7 @@ def _check_function(name: str):
 def run_isolated(name: str, source: str, seed: int | None = None, timeout: float | None = None):
     """One check of a kernel source in a fresh process (see grader.isolation)."""
     from .isolation import run_in_child
-    return run_in_child("grader.graph", {"check": name, "source": source, "seed": seed}, name,
+    return run_in_child("grader.isolation", {"check": name, "source": source, "seed": seed}, name,
                         float(timeout or TIMEOUT), hang_hint="an endless loop? a relaxation that never stops changing?")
 
 
@@ -351,25 +348,3 @@ def check_host_minimums(function, seed: int | None = None):
     from .report import Report
     r = mc.run_host(function, seed)
     return Report("minimums (host function)", [r], grader.BACKEND.name, r.details.get("seed"))
-
-
-def _child() -> int:
-    job = json.loads(sys.stdin.read())
-    import grader
-    from .report import FAILED, CheckResult
-    with contextlib.suppress(Exception):
-        from . import emulator
-        emulator.set_launch_timeout(job.get("launch_timeout", 60.0))
-    try:
-        result = _check_function(job["check"])(job["source"], job.get("seed"))
-    except Exception as e:
-        import traceback
-        result = CheckResult(job["check"], FAILED, f"the check could not run: {type(e).__name__}: {e}", 0.0,
-                             output=traceback.format_exc()[-4000:])
-    result.details.setdefault("backend", grader.BACKEND.name)
-    Path(job["result"]).write_text(json.dumps(result.to_dict()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child())

@@ -1,7 +1,8 @@
 """Run one check on student code in a separate process with a time limit.
 
 The child is `python -m grader.isolation`: it reads a job (JSON) on stdin,
-runs grader.checks.get(check)(stage, source, seed) and writes the
+runs grader.checks.get(check)(stage, source, seed) (or, for labs 3 and 4,
+grader.graph.check_function(check)(source, seed)) and writes the
 CheckResult as JSON to a file named in the job. Its stdout and stderr are
 captured here (kernel printf, compiler chatter, a crash's last words) and
 kept in the result's `output`; nothing reaches this process's stderr. A
@@ -116,7 +117,11 @@ def _child() -> int:
     except Exception:
         pass
     try:
-        result = checks.get(job["check"])(stage(job["stage"]), job["source"], job.get("seed"))
+        if job.get("stage"):   # an SGEMM stage's check
+            result = checks.get(job["check"])(stage(job["stage"]), job["source"], job.get("seed"))
+        else:                  # a check of labs 3 and 4 (grader.graph)
+            from grader.graph import check_function
+            result = check_function(job["check"])(job["source"], job.get("seed"))
     except Exception as e:   # a grader bug, or something no check foresaw: a failure with the reason
         import traceback
         result = CheckResult(job["check"], FAILED, f"the check could not run: {type(e).__name__}: {e}", 0.0,

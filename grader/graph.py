@@ -8,7 +8,7 @@ them), a counter of device-to-host bytes, and the notebook entry points
     grader.check_host_minimums(function)          -> Report (a student's host function)
 
 kind: "top2", "sgemm-top2" or "sssp". Every check of a kernel source runs in
-its own process (python -m grader.graph, like grader.isolation), so a crash or
+its own process (grader.isolation), so a crash or
 hang costs that check only and nothing reaches stderr.
 
 Conventions (also in the labs): A (M x K) and B (K x N) uniform in [0, 1), so

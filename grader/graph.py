@@ -333,11 +333,7 @@ def check_graph(kind: str, source: str, checks=None, seed: int | None = None, fr
 
 def grade_graph(kind: str, source: str, check: str, points: float) -> float:
     """One nbgrader test cell: print the diagnosis (stdout), return the points earned."""
-    report = check_graph(kind, source, [check])
-    print(report[check].text())
-    if report.seed is not None:
-        print(f"(random seed {report.seed})")
-    return report.points(check, points)
+    return check_graph(kind, source, [check]).grade_cell(check, points)
 
 
 def check_host_minimums(function, seed: int | None = None):

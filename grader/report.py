@@ -100,6 +100,14 @@ class Report:
         as a float (a test cell ending in this expression scores that much)."""
         return round(float(out_of) * self[name].fraction, 3)
 
+    def grade_cell(self, name: str, out_of: float) -> float:
+        """What an nbgrader test cell does with one check: print its diagnosis
+        (stdout, never stderr) and return the points earned."""
+        print(self[name].text())
+        if self.seed is not None:
+            print(f"(random seed {self.seed})")
+        return self.points(name, out_of)
+
     def to_dict(self) -> dict:
         return {"stage": self.stage_id, "backend": self.backend, "seed": self.seed,
                 "results": [r.to_dict() for r in self.results]}

@@ -79,6 +79,57 @@ def test_dynamic_shared_memory(cuda, source_module):
     assert np.array_equal(out, a[::-1])
 
 
+def test_asynchronous_copies_to_shared_memory(cuda, source_module):
+    # The pipeline primitives (cp.async): 4- and 16-byte copies, zero fill,
+    # batches completed by __pipeline_wait_prior, then a barrier for the block.
+    mod = source_module("""
+    extern "C++" {
+    #include <cuda_pipeline.h>
+    }
+    __global__ void staged(const float* in, float* out, int n) {
+        __shared__ __align__(16) float s[2][256];
+        int t = threadIdx.x;
+        __pipeline_memcpy_async(&s[0][t], &in[t], 4, t < n ? 0 : 4);
+        __pipeline_commit();
+        if (t < 64)
+            __pipeline_memcpy_async(&s[1][4 * t], &in[256 + 4 * t], 16);
+        __pipeline_commit();
+        __pipeline_wait_prior(1);            // the first batch only
+        __syncthreads();
+        out[t] = s[0][255 - t];
+        __pipeline_wait_prior(0);
+        __syncthreads();
+        out[256 + t] = s[1][255 - t];
+    }""")
+    data = np.arange(1, 513, dtype=np.float32)
+    out = np.full(512, np.nan, np.float32)
+    mod.get_function("staged")(cuda.In(data), cuda.Out(out), np.int32(200), block=(256, 1, 1))
+    first = np.where(np.arange(256) < 200, data[:256], 0)
+    assert (out[:256] == first[::-1]).all()
+    assert (out[256:] == data[256:][::-1]).all()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="reading before the wait is undefined on a GPU")
+def test_asynchronous_copy_lands_only_at_the_wait(cuda, source_module):
+    mod = source_module("""
+    extern "C++" {
+    #include <cuda_pipeline.h>
+    }
+    __global__ void early(const float* in, float* out) {
+        __shared__ float s[32];
+        s[threadIdx.x] = -1.0f;
+        __pipeline_memcpy_async(&s[threadIdx.x], &in[threadIdx.x], 4);
+        __pipeline_commit();
+        out[threadIdx.x] = s[threadIdx.x];           // too early: the copy has not landed
+        __pipeline_wait_prior(0);
+        out[32 + threadIdx.x] = s[threadIdx.x];
+    }""")
+    data = np.arange(32, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    mod.get_function("early")(cuda.In(data), cuda.Out(out), block=(32, 1, 1))
+    assert (out[:32] == -1).all() and (out[32:] == data).all()
+
+
 def test_constant_and_device_variables(cuda, source_module):
     mod = source_module("""
     __constant__ float coeff[4];

@@ -4,10 +4,10 @@
     python -m grader.autotune --size 128 --limit 3 --dry-run   # quick check, writes nothing
 
 Every combination of the parameters below is first checked against the
-kernel's rules (without compiling): thread count, divisibility, float4 load
-mapping, shared memory <= 48 KiB, a register estimate, and bank conflicts of
-every shared-memory access pattern (modelled here exactly as the kernel does
-them). Each valid configuration is compiled, checked for correctness on
+kernel's rules (without compiling): thread count, divisibility, the copy
+mapping, shared memory and registers for MIN_BLOCKS blocks per SM, and bank
+conflicts of every shared-memory access pattern (modelled here exactly as the
+kernel does them). Each valid configuration is compiled, checked for correctness on
 awkward shapes, and timed with CUDA events (median of --repeats runs after
 warm-up). The winner is checked again at the timed size; all results go to a
 JSON file, and the winner to grader/tuned_configs.json under the GPU's name.
@@ -25,20 +25,25 @@ from pathlib import Path
 
 import numpy as np
 
-PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "NUM_THREADS")
-SPACE = {
+PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "NUM_THREADS", "STAGES", "MIN_BLOCKS")
+SPACE = {   # narrowed by earlier sweeps on the H200: TM = 8, TN = 4 and warp tiles up to 64 won there
     "BM": (64, 128, 256),
     "BN": (64, 128, 256),
-    "BK": (8, 16, 32),
-    "WM": (32, 64, 128),
-    "WN": (32, 64, 128),
-    "WNITER": (1, 2, 4, 8),
-    "TM": (4, 8, 16),
-    "TN": (4, 8),
+    "BK": (8, 16),
+    "WM": (32, 64),
+    "WN": (32, 64),
+    "WNITER": (1, 2),
+    "TM": (8,),
+    "TN": (4,),
     "NUM_THREADS": (128, 256),
+    "STAGES": (2, 3, 4),
+    "MIN_BLOCKS": (1, 2),
 }
-SMEM_LIMIT = 48 * 1024        # static shared memory per block
-MAX_ACC_PER_THREAD = 128      # accumulators; more than this cannot stay in 255 registers with the rest
+SMEM_PER_SM = 228 * 1024      # shared memory of an SM (sm_80 and later: 164 KiB on sm_80, 228 KiB on sm_90)
+SMEM_RESERVED = 1024          # per block, taken by the system
+REGISTERS_PER_SM = 65536
+MAX_REGISTERS = 255
+REGISTER_OVERHEAD = 40        # addresses, indices, loop counters: measured 34-45 with ptxas -v
 BANKS = 32
 
 
@@ -54,8 +59,15 @@ def derived(c: dict) -> dict:
 
 
 def smem_bytes(c: dict) -> int:
-    """Two buffers of As[BK][BM+4] and Bs[BK][BN], floats."""
-    return 4 * 2 * c["BK"] * ((c["BM"] + 4) + c["BN"])
+    """STAGES buffers of As[BK][BM+4] and Bs[BK][BN], floats."""
+    from .stages import warptile_shared_bytes
+    return warptile_shared_bytes(c)
+
+
+def registers_needed(c: dict) -> int:
+    """Accumulators, one k-step's fragments of A and B, and the rest."""
+    d = derived(c)
+    return c["BM"] * c["BN"] // c["NUM_THREADS"] + d["WMITER"] * c["TM"] + c["WNITER"] * c["TN"] + REGISTER_OVERHEAD
 
 
 def conflict_degree(accesses: list[tuple[int, int]], width: int) -> int:
@@ -100,20 +112,12 @@ def bank_conflicts(c: dict) -> list[str]:
     LA, LB = BM * BK // NT, BK * BN // NT
     pattern_reps = {}
 
-    def a_vec(tid, r, cc):
-        f = tid + r * NT
-        m, k = (f // 2) % BM, (f // (2 * BM)) * 8 + 4 * (f % 2)
-        return as_addr(k + cc, m)
-
-    for cc in range(4):
-        pattern_reps[f"As store, float4 path (element {cc})"] = LA // 4
-        check(f"As store, float4 path (element {cc})", 4, lambda t, r, cc=cc: a_vec(t, r, cc))
-    pattern_reps["Bs store, float4 path"] = LB // 4
-    check("Bs store, float4 path", 16,
-          lambda t, r: bs_addr((t + r * NT) // (BN // 4), ((t + r * NT) % (BN // 4)) * 4))
-    pattern_reps["As store, scalar path"] = LA
-    check("As store, scalar path", 4,
+    pattern_reps["As copy"] = LA
+    check("As copy", 4,
           lambda t, r: as_addr(((t + r * NT) // (8 * BM)) * 8 + (t + r * NT) % 8, ((t + r * NT) // 8) % BM))
+    pattern_reps["Bs copy, float4 path"] = LB // 4
+    check("Bs copy, float4 path", 16,
+          lambda t, r: bs_addr((t + r * NT) // (BN // 4), ((t + r * NT) % (BN // 4)) * 4))
     pattern_reps["Bs store, scalar path"] = LB
     check("Bs store, scalar path", 4, lambda t, r: bs_addr((t + r * NT) // BN, (t + r * NT) % BN))
 
@@ -136,7 +140,7 @@ def bank_conflicts(c: dict) -> list[str]:
 def violations(c: dict) -> list[str]:
     """Why the kernel cannot be built or run with c (empty: valid). Mirrors
     the static_asserts of solutions/warptiling.cu, plus resource limits."""
-    BM, BN, BK, WM, WN, WNITER, TM, TN, NT = (c[p] for p in PARAMS)
+    BM, BN, BK, WM, WN, WNITER, TM, TN, NT, STAGES, MIN_BLOCKS = (c[p] for p in PARAMS)
     why = []
     if NT > 1024 or NT % 32:
         return ["NUM_THREADS must be a multiple of 32, at most 1024"]
@@ -151,12 +155,14 @@ def violations(c: dict) -> list[str]:
         why.append("TM and TN must be multiples of 4 (float4 reads)")
     if BM % 32 or BN % 32 or BK % 8:
         why.append("BM and BN must be multiples of 32, BK of 8 (load maps, padding)")
-    if (BM * BK // 4) % NT or (BK * BN // 4) % NT or (BM * BK) % (4 * NT) or (BK * BN) % (4 * NT):
-        why.append("the A and B tiles must split into whole float4 per thread")
-    if smem_bytes(c) > SMEM_LIMIT:
-        why.append(f"shared memory {smem_bytes(c)} B > {SMEM_LIMIT} B")
-    if BM * BN // NT > MAX_ACC_PER_THREAD:
-        why.append(f"{BM * BN // NT} accumulators per thread > {MAX_ACC_PER_THREAD} (registers)")
+    if (BM * BK) % NT or (BK * BN // 4) % NT:
+        why.append("the A tile (floats) and the B tile (float4) must split evenly over the threads")
+    if MIN_BLOCKS * (smem_bytes(c) + SMEM_RESERVED) > SMEM_PER_SM:
+        why.append(f"shared memory: {MIN_BLOCKS} x {smem_bytes(c)} B does not fit in an SM")
+    budget = min(MAX_REGISTERS, REGISTERS_PER_SM // (MIN_BLOCKS * NT) // 8 * 8)
+    if registers_needed(c) > budget:
+        why.append(f"about {registers_needed(c)} registers per thread > {budget} "
+                   f"({MIN_BLOCKS} blocks of {NT} threads per SM)")
     if not why:
         why += [f"bank conflict, {b}" for b in bank_conflicts(c)]
     return why
@@ -186,8 +192,11 @@ def progress(i: int, n: int, text: str = "", width: int = 30) -> None:
 def time_kernel(function, launch, M, N, K, a, b, c, repeats: int, warmup: int = 2) -> list[float]:
     """Milliseconds per launch, measured with CUDA events around each launch."""
     import pycuda.driver as drv
+
+    from . import sgemm
     args = (np.int32(M), np.int32(N), np.int32(K), a, b, c)
     kw = dict(grid=launch.grid, block=launch.block, shared=launch.shared)
+    sgemm.allow_shared(function, launch.shared)
     for _ in range(warmup):
         function(*args, **kw)
     drv.Context.synchronize()

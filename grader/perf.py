@@ -290,12 +290,8 @@ def verify(w: Workload) -> tuple[bool, str]:
 
 def sgemm_launcher(function, launch, w: Workload):
     """A zero-argument launch of a stage kernel on w's A, B, C (prepared call)."""
-    if launch.shared > 48 * 1024:    # above 48 KiB the kernel must opt in
-        import pycuda.driver as drv
-        if not hasattr(function, "set_attribute"):
-            raise RuntimeError(f"{launch.shared} bytes of dynamic shared memory need "
-                               "Function.set_attribute, which this PyCUDA lacks")
-        function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(launch.shared))
+    from .sgemm import allow_shared
+    allow_shared(function, launch.shared)
     function.prepare("iii" + 3 * np.dtype(np.uintp).char)   # as PyCUDA packs pointers
     args = (int(w.M), int(w.N), int(w.K), int(w.A.data.ptr), int(w.B.data.ptr), int(w.C.data.ptr))
     grid, block, shared = tuple(launch.grid), tuple(launch.block), int(launch.shared)

@@ -29,10 +29,19 @@ def run(stage: Stage, A: np.ndarray, B: np.ndarray, function=None, defines: dict
     b = drv.to_device(np.ascontiguousarray(B, dtype=np.float32))
     C = np.full((M, N), np.nan, dtype=np.float32)
     c = drv.to_device(C)
+    allow_shared(function, launch.shared)
     function(np.int32(M), np.int32(N), np.int32(K), a, b, c,
              grid=launch.grid, block=launch.block, shared=launch.shared)
     drv.memcpy_dtoh(C, c)
     return C
+
+
+def allow_shared(function, shared: int) -> None:
+    """Let `function` launch with `shared` bytes of dynamic shared memory:
+    above 48 KiB a kernel must opt in (on the GPU and on the emulator)."""
+    if shared > 48 * 1024:
+        drv = driver_of(function)
+        function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared))
 
 
 def driver_of(function):

@@ -83,13 +83,19 @@ def _blocktile_2d(M, N, K, d) -> Launch:
                   block=(d["BM"] * d["BN"] // (d["TM"] * d["TN"]), 1, 1))
 
 
+def warptile_shared_bytes(d) -> int:
+    """The warptiling kernel's ring of STAGES tiles: As[BK][BM+4] and Bs[BK][BN] floats each."""
+    return 4 * d["STAGES"] * d["BK"] * (d["BM"] + 4 + d["BN"])
+
+
 def _warptile(M, N, K, d) -> Launch:
-    """NUM_THREADS threads per BM x BN tile of C."""
-    return Launch(grid=(cdiv(N, d["BN"]), cdiv(M, d["BM"]), 1), block=(d["NUM_THREADS"], 1, 1))
+    """NUM_THREADS threads per BM x BN tile of C, and the copy pipeline's shared memory."""
+    return Launch(grid=(cdiv(N, d["BN"]), cdiv(M, d["BM"]), 1), block=(d["NUM_THREADS"], 1, 1),
+                  shared=warptile_shared_bytes(d))
 
 
 TUNED_CONFIGS_PATH = Path(__file__).resolve().parent / "tuned_configs.json"
-WARPTILE_PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "NUM_THREADS")
+WARPTILE_PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "NUM_THREADS", "STAGES", "MIN_BLOCKS")
 
 
 def tuned_config(gpu_name: str | None = None, path: Path | None = None) -> dict:
@@ -173,9 +179,9 @@ STAGES += [
     Stage("double-buffering", "Double buffering: load the next tile while computing this one",
           "sgemm_double_buffering", _blocktile_2d, {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8},
           bank_conflict_free=True),
-    Stage("warptiling", "Warptiling: block tile, warp tile, thread tile", "sgemm_warptiling", _warptile,
-          {"BM": 128, "BN": 128, "BK": 16, "WM": 64, "WN": 32, "WNITER": 2, "TM": 8, "TN": 4,
-           "NUM_THREADS": 256}, bank_conflict_free=True),
+    Stage("warptiling", "Warptiling: block, warp and thread tiles; asynchronous copies", "sgemm_warptiling",
+          _warptile, {"BM": 128, "BN": 256, "BK": 8, "WM": 64, "WN": 64, "WNITER": 2, "TM": 8, "TN": 4,
+                      "NUM_THREADS": 256, "STAGES": 3, "MIN_BLOCKS": 1}, bank_conflict_free=True),
     # The warptiling kernel itself, with the parameters grader/autotune.py chose for the GPU model.
     Stage("autotuned", "Autotuned warptiling: parameters chosen per GPU model", "sgemm_warptiling", _warptile,
           _TunedDefines(), bank_conflict_free=True, source_file="warptiling.cu"),

@@ -125,6 +125,30 @@ def test_warp_synchronised_exchange_is_not_a_race():
     assert not report.races
 
 
+def _warptiling(source: str, shape=(70, 260, 50)):
+    """Run the warptiling stage (asynchronous copies) under the analysis: (correct?, report)."""
+    stage = stages.stage("warptiling")
+    f = compiler.SourceModule(source, options=stage.options()).get_function(stage.kernel)
+    A, B = sgemm.random_inputs(*shape, np.random.default_rng(3))
+    with analyze() as report:
+        C = sgemm.run(stage, A, B, function=f)
+    return sgemm.compare(C, A, B).ok, report
+
+
+def test_race_asynchronous_copies_without_barrier():
+    source = _stage_variant("warptiling", "__syncthreads();                         // ... and everyone's", "//")
+    _, report = _warptiling(source)
+    wait = _line_of(source, "__pipeline_wait_prior")
+    reads = {_line_of(source, "&As[k][aOff"), _line_of(source, "&Bs[k][bOff")}
+    reads |= {line - 1 for line in reads}         # a statement over two lines may be reported at its first
+    assert any(wait in (r.line_a, r.line_b) and {r.line_a, r.line_b} & reads for r in report.races), report.races
+
+
+def test_asynchronous_copies_never_waited_for_give_wrong_results():
+    ok, _ = _warptiling(_stage_variant("warptiling", "__pipeline_wait_prior(STAGES - 2);"))
+    assert not ok
+
+
 @pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: s.id)
 def test_reference_kernels_are_clean(stage):
     shape = (70, 50, 40)

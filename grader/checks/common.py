@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 
+from ..sgemm import allow_shared
 from ..stages import Launch, Stage
 
 # The bit pattern written around C: a signalling NaN no float arithmetic produces.
@@ -81,6 +82,7 @@ def run_guarded(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray, 
     a = driver.to_device(np.ascontiguousarray(A, dtype=np.float32))
     b = driver.to_device(np.ascontiguousarray(B, dtype=np.float32))
     c = driver.to_device(host)
+    allow_shared(function, launch.shared)
     function.prepare("iii" + 3 * np.dtype(np.uintp).char)
     function.prepared_call(tuple(launch.grid), tuple(launch.block), int(M), int(N), int(K),
                            int(a), int(b), int(c) + 4 * guard, shared_size=int(launch.shared))
@@ -105,6 +107,7 @@ def run_plain(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray) ->
     b = driver.to_device(np.ascontiguousarray(B, dtype=np.float32))
     C = np.full((M, N), np.nan, dtype=np.float32)
     c = driver.to_device(C)
+    allow_shared(function, launch.shared)
     function(np.int32(M), np.int32(N), np.int32(K), a, b, c,
              grid=tuple(launch.grid), block=tuple(launch.block), shared=int(launch.shared))
     driver.memcpy_dtoh(C, c)

@@ -23,7 +23,7 @@
 // N % 4 == 0 (scalar otherwise); copies outside the matrices fill zeros.
 // The buffers are dynamic shared memory: STAGES * BK * (BM + 4 + BN) floats,
 // more than 48 KiB for the larger configurations.
-extern "C++" {
+extern "C++" {     // PyCUDA wraps the source in extern "C"; this header is C++
 #include <cuda_pipeline.h>
 }
 

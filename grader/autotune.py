@@ -194,17 +194,14 @@ def time_kernel(function, launch, M, N, K, a, b, c, repeats: int, warmup: int = 
     import pycuda.driver as drv
 
     from . import sgemm
-    args = (np.int32(M), np.int32(N), np.int32(K), a, b, c)
-    kw = dict(grid=launch.grid, block=launch.block, shared=launch.shared)
-    sgemm.allow_shared(function, launch.shared)
     for _ in range(warmup):
-        function(*args, **kw)
+        sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
     drv.Context.synchronize()
     start, end = drv.Event(), drv.Event()
     times = []
     for _ in range(repeats):
         start.record()
-        function(*args, **kw)
+        sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
         end.record()
         end.synchronize()
         times.append(end.time_since(start))

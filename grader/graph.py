@@ -327,8 +327,7 @@ def check_graph(kind: str, source: str, checks=None, seed: int | None = None, fr
         if seed is None:
             _CACHE[key] = r
         results.append(r)
-    seeds = {r.details.get("seed") for r in results if r.details.get("seed") is not None}
-    return Report(kind, results, grader.BACKEND.name, seeds.pop() if len(seeds) == 1 else None)
+    return Report(kind, results, grader.BACKEND.name)
 
 
 def grade_graph(kind: str, source: str, check: str, points: float) -> float:
@@ -343,4 +342,4 @@ def check_host_minimums(function, seed: int | None = None):
     from .checks import minimums as mc
     from .report import Report
     r = mc.run_host(function, seed)
-    return Report("minimums (host function)", [r], grader.BACKEND.name, r.details.get("seed"))
+    return Report("minimums (host function)", [r], grader.BACKEND.name)

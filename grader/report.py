@@ -68,11 +68,12 @@ _COLORS = {PASSED: "#1a7f37", FAILED: "#cf222e", NOT_GRADED: "#6e7781"}
 class Report:
     """The results of grader.check(...) for one kernel source."""
 
-    def __init__(self, stage_id: str, results: list[CheckResult], backend: str = "", seed: int | None = None):
+    def __init__(self, stage_id: str, results: list[CheckResult], backend: str = ""):
         self.stage_id = stage_id
         self.results = list(results)
         self.backend = backend
-        self.seed = seed
+        seeds = {r.details.get("seed") for r in self.results} - {None}
+        self.seed = seeds.pop() if len(seeds) == 1 else None     # the seed to rerun with, when there is one
 
     # -- access
     def __getitem__(self, name: str) -> CheckResult:

@@ -29,11 +29,16 @@ def run(stage: Stage, A: np.ndarray, B: np.ndarray, function=None, defines: dict
     b = drv.to_device(np.ascontiguousarray(B, dtype=np.float32))
     C = np.full((M, N), np.nan, dtype=np.float32)
     c = drv.to_device(C)
-    allow_shared(function, launch.shared)
-    function(np.int32(M), np.int32(N), np.int32(K), a, b, c,
-             grid=launch.grid, block=launch.block, shared=launch.shared)
+    launch_kernel(function, launch, M, N, K, a, b, c)
     drv.memcpy_dtoh(C, c)
     return C
+
+
+def launch_kernel(function, launch: Launch, M: int, N: int, K: int, a, b, c) -> None:
+    """One launch of an SGEMM kernel on device buffers a, b, c (the stage signature)."""
+    allow_shared(function, launch.shared)
+    function(np.int32(M), np.int32(N), np.int32(K), a, b, c,
+             grid=tuple(launch.grid), block=tuple(launch.block), shared=int(launch.shared))
 
 
 def allow_shared(function, shared: int) -> None:

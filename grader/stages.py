@@ -7,6 +7,7 @@ A stage's tile parameters are compile-time constants passed as -D options.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -33,7 +34,7 @@ class Stage:
     title: str
     kernel: str
     launch_rule: Callable[[int, int, int, dict], Launch]
-    defines: dict = field(default_factory=dict)
+    defines: Mapping = field(default_factory=dict)
     bank_conflict_free: bool = False
     source_file: str | None = None   # default: solutions/<id>.cu
 
@@ -116,54 +117,29 @@ def tuned_config(gpu_name: str | None = None, path: Path | None = None) -> dict:
     return {k: int(entry[k]) for k in WARPTILE_PARAMS}
 
 
-class _TunedDefines(dict):
+class _TunedDefines(Mapping):
     """The autotuned stage's defines, read from tuned_configs.json when first used
     (the GPU model is only known once a backend is chosen)."""
 
     def __init__(self):
-        super().__init__()
-        self._loaded = False
+        self._values = None
 
-    def _load(self):
-        if not self._loaded:
-            self._loaded = True
-            super().update(tuned_config())
+    def _loaded(self) -> dict:
+        if self._values is None:
+            self._values = tuned_config()
+        return self._values
 
     def __getitem__(self, k):
-        self._load()
-        return super().__getitem__(k)
+        return self._loaded()[k]
 
     def __iter__(self):
-        self._load()
-        return super().__iter__()
+        return iter(self._loaded())
 
     def __len__(self):
-        self._load()
-        return super().__len__()
-
-    def keys(self):
-        self._load()
-        return super().keys()
-
-    def items(self):
-        self._load()
-        return super().items()
-
-    def values(self):
-        self._load()
-        return super().values()
-
-    def get(self, k, default=None):
-        self._load()
-        return super().get(k, default)
-
-    def __contains__(self, k):
-        self._load()
-        return super().__contains__(k)
+        return len(self._loaded())
 
     def __repr__(self):
-        self._load()
-        return super().__repr__()
+        return repr(self._loaded())
 
 
 STAGES += [

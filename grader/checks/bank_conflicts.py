@@ -30,11 +30,9 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
     launch = stage.launch(M, N, K)
     a, b = driver.to_device(A), driver.to_device(B)
     c = driver.to_device(np.full((M, N), np.nan, dtype=np.float32))
-    sgemm.allow_shared(function, launch.shared)
     with analysis.thread_order(0), analysis.analysis() as report:
         try:
-            function(np.int32(M), np.int32(N), np.int32(K), a, b, c,
-                     grid=tuple(launch.grid), block=tuple(launch.block), shared=int(launch.shared))
+            sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
             failure = None
         except Exception as e:
             failure = launch_failure(driver, e) or f"{type(e).__name__}: {e}"

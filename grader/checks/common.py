@@ -98,22 +98,6 @@ def run_guarded(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray, 
     return C, before - guard, after
 
 
-def run_plain(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """C = A B with exact-size buffers (so any access past an array faults on
-    the emulator) and C NaN-poisoned; the ordinary PyCUDA call."""
-    M, K = A.shape
-    N = B.shape[1]
-    a = driver.to_device(np.ascontiguousarray(A, dtype=np.float32))
-    b = driver.to_device(np.ascontiguousarray(B, dtype=np.float32))
-    C = np.full((M, N), np.nan, dtype=np.float32)
-    c = driver.to_device(C)
-    allow_shared(function, launch.shared)
-    function(np.int32(M), np.int32(N), np.int32(K), a, b, c,
-             grid=tuple(launch.grid), block=tuple(launch.block), shared=int(launch.shared))
-    driver.memcpy_dtoh(C, c)
-    return C
-
-
 def launch_failure(driver, e: Exception) -> str | None:
     """A readable reason when `e` is a failed launch, else None."""
     kind = getattr(e, "kind", None)
@@ -124,6 +108,19 @@ def launch_failure(driver, e: Exception) -> str | None:
                "trap": "the kernel trapped (assert or __trap)"}.get(kind, "the launch failed")
         return f"{why}: {e}"
     return None
+
+
+def compile_graph_kernels(name: str, kind: str, source: str, seed: int | None, emulator: bool = False):
+    """How a check of the minimums and shortest-path labs starts: (seed, {kernel:
+    Function}, compiler log), or the failed CheckResult when the source does not compile."""
+    from .. import graph
+    from ..report import CheckResult
+    seed = new_seed() if seed is None else int(seed)
+    try:
+        functions, log = graph.compile_kernels(kind, source, emulator=emulator)
+    except graph.CompileFailed as e:
+        return CheckResult.make(name, False, f"the kernel source does not compile:\n{e}", details={"seed": seed})
+    return seed, functions, log
 
 
 def new_seed() -> int:

@@ -16,7 +16,7 @@ import numpy as np
 from .. import graph
 from ..report import CheckResult
 from . import analysis
-from .common import launch_failure, new_seed
+from .common import compile_graph_kernels, launch_failure, new_seed
 
 HOST_BYTES = 64      # two 8-byte keys and a few flags
 
@@ -77,19 +77,12 @@ def compare(got: tuple[int, int], x: np.ndarray, what: str) -> str | None:
     return None
 
 
-def _compile(kind, source, emulator=False):
-    try:
-        return graph.compile_kernels(kind, source, emulator=emulator), None
-    except graph.CompileFailed as e:
-        return (None, ""), f"the kernel does not compile:\n{e}"
-
-
 def run_top2(source: str, seed: int | None = None, name: str = "top2-exact") -> CheckResult:
-    seed = new_seed() if seed is None else int(seed)
+    start = compile_graph_kernels(name, "top2", source, seed)
+    if isinstance(start, CheckResult):
+        return start
+    seed, fns, log = start
     rng = np.random.default_rng(seed)
-    (fns, log), err = _compile("top2", source)
-    if err:
-        return CheckResult.make(name, False, err, details={"seed": seed})
     drv = graph._drv_of(fns["top2"])
     lines, ok = [], True
     cases = adversarial(rng)
@@ -126,10 +119,10 @@ def run_top2(source: str, seed: int | None = None, name: str = "top2-exact") -> 
 
 def _races(kind: str, source: str, seed, name: str, launch) -> CheckResult:
     """Emulator analysis of one launch plus permuted thread orders; launch(fns, rng) -> keys."""
-    seed = new_seed() if seed is None else int(seed)
-    (fns, log), err = _compile(kind, source, emulator=True)
-    if err:
-        return CheckResult.make(name, False, err, details={"seed": seed})
+    start = compile_graph_kernels(name, kind, source, seed, emulator=True)
+    if isinstance(start, CheckResult):
+        return start
+    seed, fns, log = start
     problems = []
     drv = graph.driver(emulator=True)
     try:
@@ -189,11 +182,11 @@ def fused_cases(rng):
 def run_fused(source: str, seed: int | None = None) -> CheckResult:
     from .. import sgemm
     name = "sgemm-top2-exact"
-    seed = new_seed() if seed is None else int(seed)
+    start = compile_graph_kernels(name, "sgemm-top2", source, seed)
+    if isinstance(start, CheckResult):
+        return start
+    seed, fns, log = start
     rng = np.random.default_rng(seed)
-    (fns, log), err = _compile("sgemm-top2", source)
-    if err:
-        return CheckResult.make(name, False, err, details={"seed": seed})
     drv = graph._drv_of(fns["sgemm_top2"])
     lines, ok = [], True
     cases = fused_cases(rng)

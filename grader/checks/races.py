@@ -26,9 +26,7 @@ def _launch(driver, function, stage, A, B):
     C = np.full((M, N), np.nan, dtype=np.float32)
     c = driver.to_device(C)
     try:
-        sgemm.allow_shared(function, launch.shared)
-        function(np.int32(M), np.int32(N), np.int32(K), a, b, c,
-                 grid=tuple(launch.grid), block=tuple(launch.block), shared=int(launch.shared))
+        sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
     except Exception as e:
         return None, launch_failure(driver, e) or f"{type(e).__name__}: {e}"
     driver.memcpy_dtoh(C, c)

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import graph
 from ..report import CheckResult
-from .common import launch_failure, new_seed
+from .common import compile_graph_kernels, launch_failure
 
 SHAPES = [(1, 2, 4), (1, 70, 8), (67, 1, 8), (45, 39, 16), (100, 130, 16), (150, 97, 8)]
 RTOL_PER_HOP = 2.0 ** -22
@@ -83,13 +83,6 @@ def compare_map(dist: np.ndarray, C: np.ndarray, source: int, what: str) -> list
     return problems
 
 
-def _compile(source):
-    try:
-        return graph.compile_kernels("sssp", source), None
-    except graph.CompileFailed as e:
-        return (None, ""), f"the kernels do not compile:\n{e}"
-
-
 def _solve(fns, A, B, stop_early: bool):
     max_rounds = None
     if stop_early:      # a broken host loop, for the tests: stop one sweep before the last change
@@ -109,11 +102,11 @@ def _reference_c(A, B):
 
 def run_distances(source: str, seed: int | None = None, stop_early: bool = False) -> CheckResult:
     name = "sssp-distances"
-    seed = new_seed() if seed is None else int(seed)
+    start = compile_graph_kernels(name, "sssp", source, seed)
+    if isinstance(start, CheckResult):
+        return start
+    seed, fns, log = start
     rng = np.random.default_rng(seed)
-    (fns, log), err = _compile(source)
-    if err:
-        return CheckResult.make(name, False, err, details={"seed": seed})
     drv = graph._drv_of(fns["sssp_relax"])
     lines, ok, rounds = [], True, {}
     for M, N, K in SHAPES:
@@ -172,11 +165,11 @@ def check_path(path, C: np.ndarray, m1, m2, cost: float, what: str) -> list[str]
 
 def run_path(source: str, seed: int | None = None) -> CheckResult:
     name = "sssp-path"
-    seed = new_seed() if seed is None else int(seed)
+    start = compile_graph_kernels(name, "sssp", source, seed)
+    if isinstance(start, CheckResult):
+        return start
+    seed, fns, log = start
     rng = np.random.default_rng(seed)
-    (fns, log), err = _compile(source)
-    if err:
-        return CheckResult.make(name, False, err, details={"seed": seed})
     drv = graph._drv_of(fns["sssp_relax"])
     lines, ok = [], True
     for M, N, K in SHAPES:

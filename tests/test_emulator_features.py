@@ -422,3 +422,19 @@ def test_python_int_argument_is_rejected(cuda, source_module):
     f = source_module("__global__ void k(int* v, int n) { v[0] = n; }").get_function("k")
     with pytest.raises(TypeError):
         f(cuda.mem_alloc(4), 5, block=(1, 1, 1))
+
+
+def test_runtime_library_exports_only_its_interface():
+    """The runtime is loaded RTLD_GLOBAL; C++ library code it instantiates must stay
+    local, or it replaces those symbols in extension modules imported later (on the
+    H200 machine, matplotlib's ft2font then failed to import after an emulated launch)."""
+    import re
+    import subprocess
+
+    from grader.emulator.build import runtime_library
+    nm = subprocess.run(["nm", "-D", "--defined-only", "-C", str(runtime_library())],
+                        capture_output=True, text=True, check=True).stdout
+    names = [line.split(maxsplit=2)[2] for line in nm.splitlines() if line.count(" ") >= 2]
+    interface = re.compile(r"(emu_|__emu_|__asan_|atomic\w+\(|(threadIdx|blockIdx|blockDim|gridDim)$)")
+    assert "emu_launch" in names and "__emu_syncthreads" in names
+    assert [n for n in names if not interface.match(n)] == []

@@ -19,6 +19,7 @@ RUNTIME_DIR = Path(__file__).parent / "runtime"
 STUB_INCLUDE_DIR = RUNTIME_DIR / "include"
 RUNTIME_SOURCES = ("runtime.cpp", "fiber.cpp", "analysis.cpp")
 RUNTIME_HEADERS = ("emu_abi.h", "cuda_emu.h", "fiber.h", "runtime.h", "analysis.h")
+RUNTIME_EXPORTS = "exports.map"          # the symbols kernels and ctypes see; the rest is local
 # Analysis builds: a hook before every load and store, and line numbers;
 # no scalar replacement, so that a float4 load stays one 16-byte access.
 ANALYSIS_FLAGS = ("-O1", "-gdwarf-4", "-fno-tree-sra", "-fsanitize=kernel-address", "--param", "asan-instrumentation-with-call-threshold=0",
@@ -104,7 +105,7 @@ def _run(cmd: list[str], cwd: str, timeout: float = 300) -> subprocess.Completed
 
 def runtime_library() -> Path:
     """The runtime shared library, built once per machine and source version."""
-    sources = b"".join((RUNTIME_DIR / f).read_bytes() for f in RUNTIME_SOURCES + RUNTIME_HEADERS)
+    sources = b"".join((RUNTIME_DIR / f).read_bytes() for f in RUNTIME_SOURCES + RUNTIME_HEADERS + (RUNTIME_EXPORTS,))
     key = _digest(sources, _compiler_id(cxx()))
     lib = cache_dir() / f"libcudaemu-{key}.so"
     if lib.exists():
@@ -112,6 +113,7 @@ def runtime_library() -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "libcudaemu.so"
         cmd = [cxx(), "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-U_FORTIFY_SOURCE", "-g",
+               f"-Wl,--version-script={RUNTIME_DIR / RUNTIME_EXPORTS}",
                *[str(RUNTIME_DIR / f) for f in RUNTIME_SOURCES], "-o", str(out)]
         proc = _run(cmd, tmp)
         if proc.returncode != 0:

@@ -35,7 +35,7 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
             sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
             failure = None
         except Exception as e:
-            failure = launch_failure(driver, e) or f"{type(e).__name__}: {e}"
+            failure = launch_failure(driver, e)
     if failure:
         return CheckResult(NAME, FAILED if graded else NOT_GRADED, f"M={M} N={N} K={K}: {failure}", 0.0)
     records = sorted((r for r in report.bank_conflicts if r.wavefronts > r.ideal_wavefronts),

@@ -98,8 +98,8 @@ def run_guarded(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray, 
     return C, before - guard, after
 
 
-def launch_failure(driver, e: Exception) -> str | None:
-    """A readable reason when `e` is a failed launch, else None."""
+def launch_failure(driver, e: Exception) -> str:
+    """A readable reason why a launch (or the copies around it) raised `e`."""
     kind = getattr(e, "kind", None)
     if isinstance(e, getattr(driver, "LaunchError", ())) or kind is not None:
         why = {"deadlock": "the threads of a block deadlocked (a __syncthreads() that not every thread reaches?)",
@@ -107,7 +107,7 @@ def launch_failure(driver, e: Exception) -> str | None:
                "fault": "the kernel read or wrote memory outside the arrays (a missing bounds check?)",
                "trap": "the kernel trapped (assert or __trap)"}.get(kind, "the launch failed")
         return f"{why}: {e}"
-    return None
+    return f"{type(e).__name__}: {e}"
 
 
 def compile_graph_kernels(name: str, kind: str, source: str, seed: int | None, emulator: bool = False):

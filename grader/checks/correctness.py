@@ -62,7 +62,7 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
         try:
             C, before, after = run_guarded(driver, function, launch, A, B)
         except Exception as e:      # a failed launch: the message says which
-            why = launch_failure(driver, e) or f"{type(e).__name__}: {e}"
+            why = launch_failure(driver, e)
             lines.append(f"{shape}: {why}")
             ok_all = False
             if gpu:

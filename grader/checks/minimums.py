@@ -93,7 +93,7 @@ def run_top2(source: str, seed: int | None = None, name: str = "top2-exact") -> 
             xd.free()
         except Exception as e:
             ok = False
-            lines.append(f"{what}: {launch_failure(drv, e) or f'{type(e).__name__}: {e}'}")
+            lines.append(f"{what}: {launch_failure(drv, e)}")
             break
         problem = compare(got, x, what)
         if problem:
@@ -129,7 +129,7 @@ def _races(kind: str, source: str, seed, name: str, launch) -> CheckResult:
         with analysis.thread_order(0), analysis.analysis() as report:
             keys0 = launch(fns, np.random.default_rng(seed))
     except Exception as e:
-        return CheckResult.make(name, False, launch_failure(drv, e) or f"{type(e).__name__}: {e}",
+        return CheckResult.make(name, False, launch_failure(drv, e),
                                 details={"seed": seed}, output=log)
     if report is not None:
         races, oob = list(report.races), list(report.out_of_bounds)
@@ -195,7 +195,7 @@ def run_fused(source: str, seed: int | None = None) -> CheckResult:
             k1, k2, C = graph.fused_keys(fns["sgemm_top2"], A, B, keep_c=True)
         except Exception as e:
             ok = False
-            lines.append(f"{what}: {launch_failure(drv, e) or f'{type(e).__name__}: {e}'}")
+            lines.append(f"{what}: {launch_failure(drv, e)}")
             break
         cmp = sgemm.compare(C, A, B)
         if not cmp.ok:

@@ -90,8 +90,9 @@ def warptile_shared_bytes(d) -> int:
 
 
 def _warptile(M, N, K, d) -> Launch:
-    """NUM_THREADS threads per BM x BN tile of C, and the copy pipeline's shared memory."""
-    return Launch(grid=(cdiv(N, d["BN"]), cdiv(M, d["BM"]), 1), block=(d["NUM_THREADS"], 1, 1),
+    """NUM_THREADS threads per BM x BN tile of C, blocks numbered down the
+    columns of tiles; and the copy pipeline's shared memory."""
+    return Launch(grid=(cdiv(M, d["BM"]), cdiv(N, d["BN"]), 1), block=(d["NUM_THREADS"], 1, 1),
                   shared=warptile_shared_bytes(d))
 
 

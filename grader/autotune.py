@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "NUM_THREADS", "STAGES", "MIN_BLOCKS")
+from .stages import WARPTILE_PARAMS as PARAMS, warptile_shared_bytes
+
 SPACE = {   # narrowed by earlier sweeps on the H200: TM = 8, TN = 4 and warp tiles up to 64 won there
     "BM": (64, 128, 256),
     "BN": (64, 128, 256),
@@ -56,12 +57,6 @@ def derived(c: dict) -> dict:
         d["WSUBN"] = c["WN"] // c["WNITER"]
         d["LC"] = d["WSUBN"] // c["TN"] if c["TN"] else 0
     return d
-
-
-def smem_bytes(c: dict) -> int:
-    """STAGES buffers of As[BK][BM+4] and Bs[BK][BN], floats."""
-    from .stages import warptile_shared_bytes
-    return warptile_shared_bytes(c)
 
 
 def registers_needed(c: dict) -> int:
@@ -157,8 +152,8 @@ def violations(c: dict) -> list[str]:
         why.append("BM and BN must be multiples of 32, BK of 8 (load maps, padding)")
     if (BM * BK) % NT or (BK * BN // 4) % NT:
         why.append("the A tile (floats) and the B tile (float4) must split evenly over the threads")
-    if MIN_BLOCKS * (smem_bytes(c) + SMEM_RESERVED) > SMEM_PER_SM:
-        why.append(f"shared memory: {MIN_BLOCKS} x {smem_bytes(c)} B does not fit in an SM")
+    if MIN_BLOCKS * (warptile_shared_bytes(c) + SMEM_RESERVED) > SMEM_PER_SM:
+        why.append(f"shared memory: {MIN_BLOCKS} x {warptile_shared_bytes(c)} B does not fit in an SM")
     budget = min(MAX_REGISTERS, REGISTERS_PER_SM // (MIN_BLOCKS * NT) // 8 * 8)
     if registers_needed(c) > budget:
         why.append(f"about {registers_needed(c)} registers per thread > {budget} "

@@ -24,6 +24,7 @@ import contextlib
 
 import numpy as np
 
+from .sgemm import driver_of
 from .stages import SOLUTIONS_DIR, cdiv
 
 EMPTY_KEY = (1 << 64) - 1
@@ -74,11 +75,6 @@ def compile_kernels(kind: str, source: str | None = None, emulator: bool = False
                                     "(check the name)") from None
     extra = getattr(module, "compile_log", "")
     return functions, "\n".join(([extra] if extra else []) + log).strip()
-
-
-def _drv_of(function):
-    from .sgemm import driver_of
-    return driver_of(function)
 
 
 # ---- device-to-host byte counter --------------------------------------------------------------
@@ -141,7 +137,7 @@ def top2_blocks(n: int) -> int:
 
 def top2_keys(function, x_ptr, n: int, blocks: int | None = None) -> tuple[int, int]:
     """Launch the top2 kernel on n floats at x_ptr; read back the two keys (16 bytes)."""
-    drv = _drv_of(function)
+    drv = driver_of(function)
     out = drv.to_device(np.full(2, EMPTY_KEY, dtype=np.uint64))
     function(x_ptr, np.int32(n), out, grid=(blocks or top2_blocks(n), 1, 1), block=(TOP2_THREADS, 1, 1))
     keys = np.empty(2, dtype=np.uint64)
@@ -156,7 +152,7 @@ def sgemm_on_device(A: np.ndarray, B: np.ndarray, stage_id: str = SGEMM_STAGE, f
     from .stages import stage
     st = stage(stage_id)
     function = function or sgemm.compile_kernel(st)
-    drv = _drv_of(function)
+    drv = driver_of(function)
     M, K = A.shape
     N = B.shape[1]
     a = drv.to_device(np.ascontiguousarray(A, dtype=np.float32))
@@ -182,7 +178,7 @@ def minimums(A: np.ndarray, B: np.ndarray, top2_function=None):
 
 def fused_keys(function, A: np.ndarray, B: np.ndarray, keep_c: bool = False):
     """The fused kernel: (k1, k2, C or None)."""
-    drv = _drv_of(function)
+    drv = driver_of(function)
     M, K = A.shape
     N = B.shape[1]
     a = drv.to_device(np.ascontiguousarray(A, dtype=np.float32))
@@ -207,7 +203,7 @@ def sssp_distances(relax, c_ptr, M: int, N: int, source: int, max_rounds: int | 
     """Distances from cell `source` (row-major index) with the sssp_relax kernel:
     relaunch until a round changes nothing, reading back one int per round.
     (dist allocation, rounds launched)."""
-    drv = _drv_of(relax)
+    drv = driver_of(relax)
     tx, ty = cdiv(N, SSSP_TILE), cdiv(M, SSSP_TILE)
     dist = drv.mem_alloc(4 * M * N)
     drv.memset_d32(dist, 0x7F800000, M * N)                      # +inf
@@ -235,7 +231,7 @@ def sssp_distances(relax, c_ptr, M: int, N: int, source: int, max_rounds: int | 
 def sssp_path(path_kernel, c_ptr, dist_ptr, M: int, N: int, source: int, target: int):
     """The path source -> target (list of (row, col)) from the converged distance
     map, walked on the device; None when the walk got lost."""
-    drv = _drv_of(path_kernel)
+    drv = driver_of(path_kernel)
     max_len = M * N
     path = drv.mem_alloc(4 * max_len)
     length = drv.to_device(np.zeros(1, np.int32))
@@ -259,7 +255,7 @@ def shortest_paths(A: np.ndarray, B: np.ndarray, sssp_source: str | None = None,
     (read back: they are the output), the path from the first minimum to the second."""
     fns = functions or compile_kernels("sssp", sssp_source)[0]
     top2_function = top2_function or compile_kernels("top2")[0]["top2"]
-    drv = _drv_of(fns["sssp_relax"])
+    drv = driver_of(fns["sssp_relax"])
     c, M, N = sgemm_on_device(A, B)
     k1, k2 = top2_keys(top2_function, c, M * N)
     m1, m2 = unpack(k1, N), unpack(k2, N)

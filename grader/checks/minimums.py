@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import graph
+from .. import graph, sgemm
 from ..report import CheckResult
+from ..sgemm import driver_of
 from . import analysis
 from .common import compile_graph_kernels, launch_failure, new_seed
 
@@ -83,7 +84,7 @@ def run_top2(source: str, seed: int | None = None, name: str = "top2-exact") -> 
         return start
     seed, fns, log = start
     rng = np.random.default_rng(seed)
-    drv = graph._drv_of(fns["top2"])
+    drv = driver_of(fns["top2"])
     lines, ok = [], True
     cases = adversarial(rng)
     for what, x in cases:
@@ -180,14 +181,13 @@ def fused_cases(rng):
 
 
 def run_fused(source: str, seed: int | None = None) -> CheckResult:
-    from .. import sgemm
     name = "sgemm-top2-exact"
     start = compile_graph_kernels(name, "sgemm-top2", source, seed)
     if isinstance(start, CheckResult):
         return start
     seed, fns, log = start
     rng = np.random.default_rng(seed)
-    drv = graph._drv_of(fns["sgemm_top2"])
+    drv = driver_of(fns["sgemm_top2"])
     lines, ok = [], True
     cases = fused_cases(rng)
     for what, A, B in cases:

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import graph
 from ..report import CheckResult
+from ..sgemm import driver_of
 from .common import compile_graph_kernels, launch_failure
 
 SHAPES = [(1, 2, 4), (1, 70, 8), (67, 1, 8), (45, 39, 16), (100, 130, 16), (150, 97, 8)]
@@ -107,7 +108,7 @@ def run_distances(source: str, seed: int | None = None, stop_early: bool = False
         return start
     seed, fns, log = start
     rng = np.random.default_rng(seed)
-    drv = graph._drv_of(fns["sssp_relax"])
+    drv = driver_of(fns["sssp_relax"])
     lines, ok, rounds = [], True, {}
     for M, N, K in SHAPES:
         A, B = graph.inputs(M, N, K, rng)
@@ -170,7 +171,7 @@ def run_path(source: str, seed: int | None = None) -> CheckResult:
         return start
     seed, fns, log = start
     rng = np.random.default_rng(seed)
-    drv = graph._drv_of(fns["sssp_relax"])
+    drv = driver_of(fns["sssp_relax"])
     lines, ok = [], True
     for M, N, K in SHAPES:
         A, B = graph.inputs(M, N, K, rng)

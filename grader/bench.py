@@ -25,10 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
+from .perf import NO_GPU
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SIZES = "1024,2048,4096,8192,4000x3000x2000"
 EMULATOR_SHAPES = [(17, 33, 9), (128, 64, 96), (257, 129, 65)]
-NO_GPU = "not timed: no GPU"
 NO_CHECK = "not checked: no GPU"
 FAILED = ("wrong", "error", "impossible")
 

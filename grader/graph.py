@@ -24,6 +24,7 @@ import contextlib
 
 import numpy as np
 
+from .checks.common import CompileFailed
 from .sgemm import driver_of
 from .stages import SOLUTIONS_DIR, cdiv
 
@@ -50,10 +51,6 @@ def inputs(M: int, N: int, K: int, rng: np.random.Generator) -> tuple[np.ndarray
 def driver(emulator: bool = False):
     from .checks.common import drivers
     return drivers(emulator)[0]
-
-
-class CompileFailed(Exception):
-    pass
 
 
 def compile_kernels(kind: str, source: str | None = None, emulator: bool = False, options=()):

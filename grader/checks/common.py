@@ -118,7 +118,7 @@ def compile_graph_kernels(name: str, kind: str, source: str, seed: int | None, e
     seed = new_seed() if seed is None else int(seed)
     try:
         functions, log = graph.compile_kernels(kind, source, emulator=emulator)
-    except graph.CompileFailed as e:
+    except CompileFailed as e:
         return CheckResult.make(name, False, f"the kernel source does not compile:\n{e}", details={"seed": seed})
     return seed, functions, log
 

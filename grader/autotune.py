@@ -59,10 +59,16 @@ def derived(c: dict) -> dict:
     return d
 
 
+def a_groups_per_thread(c: dict) -> int:
+    """Groups of 4 floats of the A tile each thread loads (LA4 in the kernel)."""
+    return -(-c["BM"] * c["BK"] // 4 // c["NUM_THREADS"])
+
+
 def registers_needed(c: dict) -> int:
-    """Accumulators, one k-step's fragments of A and B, and the rest."""
+    """Accumulators, one k-step's fragments of A and B, the A tile in flight, and the rest."""
     d = derived(c)
-    return c["BM"] * c["BN"] // c["NUM_THREADS"] + d["WMITER"] * c["TM"] + c["WNITER"] * c["TN"] + REGISTER_OVERHEAD
+    return (c["BM"] * c["BN"] // c["NUM_THREADS"] + d["WMITER"] * c["TM"] + c["WNITER"] * c["TN"]
+            + 4 * a_groups_per_thread(c) + REGISTER_OVERHEAD)
 
 
 def conflict_degree(accesses: list[tuple[int, int]], width: int) -> int:
@@ -98,18 +104,25 @@ def bank_conflicts(c: dict) -> list[str]:
     def check(name, width, pattern):
         for w in range(NT // 32):
             for r in range(pattern_reps[name]):
-                acc = [(lane, pattern(32 * w + lane, r)) for lane in range(32)]
-                deg = conflict_degree(acc, width)
+                acc = [(lane, a) for lane in range(32) if (a := pattern(32 * w + lane, r)) is not None]
+                deg = conflict_degree(acc, width) if acc else 1
                 if deg > 1:
                     bad.append(f"{name}: {deg}-way (warp {w})")
                     return
 
-    LA, LB = BM * BK // NT, BK * BN // NT
+    LB = BK * BN // NT
     pattern_reps = {}
 
-    pattern_reps["As copy"] = LA
-    check("As copy", 4,
-          lambda t, r: as_addr(((t + r * NT) // (8 * BM)) * 8 + (t + r * NT) % 8, ((t + r * NT) // 8) % BM))
+    def a_group(t, r):      # (k, m) of group t + r NT of the A tile, as a_col and a_row in the kernel
+        e = t + r * NT
+        return 4 * ((e // 16) % (BK // 4)), e % 16 + 16 * (e // (4 * BK))
+
+    groups = BM * BK // 4
+    for j in range(4):      # store_a: 4-byte stores, one per element of a group; lanes past the tile idle
+        name = f"As store (element {j})"
+        pattern_reps[name] = a_groups_per_thread(c)
+        check(name, 4, lambda t, r, j=j: (as_addr(a_group(t, r)[0] + j, a_group(t, r)[1])
+                                          if t + r * NT < groups else None))
     pattern_reps["Bs copy, float4 path"] = LB // 4
     check("Bs copy, float4 path", 16,
           lambda t, r: bs_addr((t + r * NT) // (BN // 4), ((t + r * NT) % (BN // 4)) * 4))
@@ -150,8 +163,8 @@ def violations(c: dict) -> list[str]:
         why.append("TM and TN must be multiples of 4 (float4 reads)")
     if BM % 32 or BN % 32 or BK % 8:
         why.append("BM and BN must be multiples of 32, BK of 8 (load maps, padding)")
-    if (BM * BK) % NT or (BK * BN // 4) % NT:
-        why.append("the A tile (floats) and the B tile (float4) must split evenly over the threads")
+    if (BK * BN // 4) % NT:
+        why.append("the B tile (float4) must split evenly over the threads")
     if MIN_BLOCKS * (warptile_shared_bytes(c) + SMEM_RESERVED) > SMEM_PER_SM:
         why.append(f"shared memory: {MIN_BLOCKS} x {warptile_shared_bytes(c)} B does not fit in an SM")
     budget = min(MAX_REGISTERS, REGISTERS_PER_SM // (MIN_BLOCKS * NT) // 8 * 8)

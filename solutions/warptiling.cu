@@ -14,21 +14,27 @@
 // Bs: no bank conflicts. grader/autotune.py checks this for every
 // configuration it tries.
 // Loads: the double-buffering stage staged the next tile in registers; here
-// the hardware copies global memory straight into shared memory (cp.async,
-// through the CUDA pipeline primitives) while the threads compute, and the
-// copies run STAGES - 1 tiles ahead in a ring of STAGES shared buffers. No
-// registers hold tiles in flight, and a thread only waits for a copy when
-// its tile is needed. A is copied one float at a time, transposed into rows
-// of As padded to BM+4 floats (bank 4kc + m: conflict free); B as float4 when
-// N % 4 == 0 (scalar otherwise); copies outside the matrices fill zeros.
+// the hardware copies B's tiles from global straight into shared memory
+// (cp.async, through the CUDA pipeline primitives) while the threads compute,
+// STAGES - 1 tiles ahead in a ring of STAGES shared buffers, as float4 when
+// N % 4 == 0 (scalar otherwise). A must be transposed on the way (As[k][m], so
+// that a thread's TM rows are one float4 read), and cp.async can transpose only
+// one float at a time: on the H200 those 4-byte copies (which pass through the
+// L1 cache) cost 2.6% at 4096^3 against what is done here
+// (results/nvidia-h200/warptiling-experiments.md). So A's next tile is loaded
+// into registers as float4 (__ldcg: not kept in L1) while this one is
+// computed, and stored transposed, as in the double-buffering stage: a warp
+// covers 16 rows x 2 groups of 4 k, and rows of As padded to BM+4 floats put
+// its stores in 32 different banks (bank 16g + 4j + m for element j of a
+// group). Zeros outside the matrices.
 // The buffers are dynamic shared memory: STAGES * BK * (BM + 4 + BN) floats,
 // more than 48 KiB for the larger configurations.
 // Block order: blockIdx.x runs down a column of tiles (grid = tiles of M by
 // tiles of N), so the blocks that run at the same time share a few column
 // panels of B and stream through A. On the H200, with the autotuned
-// parameters, this order is 1.7% faster at 8192^3 than the row order of the
-// earlier stages, and no slower elsewhere
-// (results/nvidia-h200/warptiling-experiments.md).
+// parameters, this order made the earlier, cp.async-only version of this
+// kernel 1.7% faster at 8192^3 than the row order of the earlier stages, and
+// no slower elsewhere (results/nvidia-h200/warptiling-experiments.md).
 extern "C++" {     // PyCUDA wraps the source in extern "C"; this header is C++
 #include <cuda_pipeline.h>
 }
@@ -72,24 +78,16 @@ extern "C++" {     // PyCUDA wraps the source in extern "C"; this header is C++
 #define WSUBN (WN / WNITER)                            // sub-tile width
 #define LC (WSUBN / TN)                                // lanes across a sub-tile
 #define AS_STRIDE (BM + 4)                             // floats per row of As: 4 (mod 32) banks apart
-#define LA (BM * BK / NUM_THREADS)                     // elements of A each thread copies per tile
+#define AV (BM * BK / 4)                               // groups of 4 floats in a tile of A
+#define LA4 ((AV + NUM_THREADS - 1) / NUM_THREADS)     // groups of A each thread loads per tile
 #define LB (BK * BN / NUM_THREADS)                     // elements of B
 
-// Start copying the tiles of A at (rowBase, k0) and of B at (k0, colBase)
-// into As (transposed) and Bs, as one batch; zeros outside the matrices.
-__device__ __forceinline__ void copy_async(const bool vec, int M, int N, int K, const float* A, const float* B,
-                                           int rowBase, int colBase, int k0,
-                                           float (*As)[AS_STRIDE], float (*Bs)[BN])
+// Start copying the tile of B at (k0, colBase) into Bs, as one batch of
+// copies; zeros outside the matrix.
+__device__ __forceinline__ void copy_b(const bool vec, int N, int K, const float* B, int colBase, int k0,
+                                       float (*Bs)[BN])
 {
     const int tid = threadIdx.x;
-#pragma unroll
-    for (int r = 0; r < LA; ++r) {
-        const int e = tid + r * NUM_THREADS;
-        const int kc = e % 8, m = (e / 8) % BM, k = (e / (8 * BM)) * 8 + kc;
-        const int gr = rowBase + m, gc = k0 + k;
-        const bool in = gr < M && gc < K;
-        __pipeline_memcpy_async(&As[k][m], in ? &A[gr * K + gc] : A, 4, in ? 0 : 4);   // bank 4kc + m
-    }
     if (vec) {
 #pragma unroll
         for (int r = 0; r < LB / 4; ++r) {
@@ -110,6 +108,53 @@ __device__ __forceinline__ void copy_async(const bool vec, int M, int N, int K, 
         }
     }
     __pipeline_commit();
+}
+
+// Where group e of the A tile lies: 4 consecutive k (k .. k+3) of row m. A
+// warp covers 16 rows x 2 groups, so that its stores to As are conflict free.
+__device__ __forceinline__ int a_row(int e) { return e % 16 + 16 * (e / (4 * BK)); }
+__device__ __forceinline__ int a_col(int e) { return 4 * ((e / 16) % (BK / 4)); }
+
+// Load this thread's groups of the A tile at (rowBase, k0) into registers
+// (float4 loads on the vec path); zeros outside the matrix.
+__device__ __forceinline__ void load_a(const bool vec, int M, int K, const float* A, int rowBase, int k0,
+                                       float4 (&ra)[LA4])
+{
+#pragma unroll
+    for (int r = 0; r < LA4; ++r) {
+        const int e = threadIdx.x + r * NUM_THREADS;
+        const int gr = rowBase + a_row(e), gc = k0 + a_col(e);
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if ((AV % NUM_THREADS == 0 || e < AV) && gr < M) {
+            const float* p = &A[gr * K + gc];
+            if (vec) {
+                if (gc < K) v = __ldcg(reinterpret_cast<const float4*>(p));   // K % 4 == 0: gc + 3 < K too
+            } else {
+                if (gc < K) v.x = __ldcg(p);
+                if (gc + 1 < K) v.y = __ldcg(p + 1);
+                if (gc + 2 < K) v.z = __ldcg(p + 2);
+                if (gc + 3 < K) v.w = __ldcg(p + 3);
+            }
+        }
+        ra[r] = v;
+    }
+}
+
+// Store the groups into As, transposed: As[k][m]. Rows of As are 4 (mod 32)
+// banks apart, so each of the four stores of a warp hits 32 different banks.
+__device__ __forceinline__ void store_a(const float4 (&ra)[LA4], float (*As)[AS_STRIDE])
+{
+#pragma unroll
+    for (int r = 0; r < LA4; ++r) {
+        const int e = threadIdx.x + r * NUM_THREADS;
+        if (AV % NUM_THREADS == 0 || e < AV) {
+            const int m = a_row(e), k = a_col(e);
+            As[k][m] = ra[r].x;
+            As[k + 1][m] = ra[r].y;
+            As[k + 2][m] = ra[r].z;
+            As[k + 3][m] = ra[r].w;
+        }
+    }
 }
 
 // acc += the product of the tiles in shared memory, for this thread's results.
@@ -139,26 +184,34 @@ __device__ __forceinline__ void compute_tile(const float (*As)[AS_STRIDE], const
     }
 }
 
-// The main loop for one path (vec a constant after inlining). Every step
-// commits one batch of copies (perhaps empty), so "all but the newest
-// STAGES - 2 batches" is always "up to tile t".
+// The main loop for one path (vec a constant after inlining). B's tiles are
+// copied STAGES - 1 tiles ahead; every step commits one batch of copies
+// (perhaps empty), so "all but the newest STAGES - 2 batches" is always "up
+// to tile t". A's tile t + 2 is loaded into registers at step t, while tile t
+// is computed, and stored into As at step t + 1.
 __device__ __forceinline__ void main_loop(const bool vec, int M, int N, int K, const float* A, const float* B,
                                           int rowBase, int colBase, int aOff, int bOff,
                                           float (*As)[BK][AS_STRIDE], float (*Bs)[BK][BN],
                                           float (&acc)[WMITER * TM][WNITER * TN])
 {
     const int tiles = (K + BK - 1) / BK;
+    float4 ra[LA4];
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < tiles) copy_async(vec, M, N, K, A, B, rowBase, colBase, s * BK, As[s], Bs[s]);
+        if (s < tiles) copy_b(vec, N, K, B, colBase, s * BK, Bs[s]);
         else __pipeline_commit();
     }
+    load_a(vec, M, K, A, rowBase, 0, ra);
+    store_a(ra, As[0]);
+    if (1 < tiles) load_a(vec, M, K, A, rowBase, BK, ra);
     for (int t = 0; t < tiles; ++t) {
-        __pipeline_wait_prior(STAGES - 2);       // tile t has landed (this thread's copies)
-        __syncthreads();                         // ... and everyone's; slot (t-1) % STAGES is free
+        __pipeline_wait_prior(STAGES - 2);       // B's tile t has landed (this thread's copies)
+        __syncthreads();                         // ... and everyone's, and A's stores; slot (t-1) % STAGES is free
+        if (t + 1 < tiles) store_a(ra, As[(t + 1) % STAGES]);
         const int next = t + STAGES - 1;
-        if (next < tiles) copy_async(vec, M, N, K, A, B, rowBase, colBase, next * BK, As[next % STAGES], Bs[next % STAGES]);
+        if (next < tiles) copy_b(vec, N, K, B, colBase, next * BK, Bs[next % STAGES]);
         else __pipeline_commit();
+        if (t + 2 < tiles) load_a(vec, M, K, A, rowBase, (t + 2) * BK, ra);
         compute_tile(As[t % STAGES], Bs[t % STAGES], aOff, bOff, acc);
     }
 }
@@ -172,8 +225,7 @@ sgemm_warptiling(int M, int N, int K, const float* A, const float* B, float* C)
                   32 % LC == 0 && (32 / LC) * TM == WSUBM, "32 lanes cover a WSUBM x WSUBN sub-tile exactly");
     static_assert(TM % 4 == 0 && TN % 4 == 0, "thread tiles read as float4");
     static_assert(BM % 32 == 0 && BN % 32 == 0 && BK % 8 == 0, "tiles: BM, BN multiples of 32, BK of 8");
-    static_assert((BM * BK) % NUM_THREADS == 0 && (BK * BN / 4) % NUM_THREADS == 0,
-                  "the tiles of A (floats) and B (float4) must split evenly over the threads");
+    static_assert((BK * BN / 4) % NUM_THREADS == 0, "the tile of B (float4) must split evenly over the threads");
     static_assert(STAGES >= 2, "at least two shared buffers");
     extern __shared__ __align__(16) float smem[];      // STAGES * BK * (AS_STRIDE + BN) floats
     float (*As)[BK][AS_STRIDE] = reinterpret_cast<float (*)[BK][AS_STRIDE]>(smem);
@@ -186,9 +238,10 @@ sgemm_warptiling(int M, int N, int K, const float* A, const float* B, float* C)
     const int aOff = warpRow * WM + laneRow * TM;
     const int bOff = warpCol * WN + laneCol * TN;
     const int rowBase = blockIdx.x * BM, colBase = blockIdx.y * BN;   // blocks run down the columns
-    // float4 path: every row of B and C 16-byte aligned (same value in all threads).
-    const bool vec = (N & 3) == 0 &&
-        ((reinterpret_cast<unsigned long long>(B) | reinterpret_cast<unsigned long long>(C)) & 15) == 0;
+    // float4 path: every row of A, B and C 16-byte aligned (same value in all threads).
+    const bool vec = (N & 3) == 0 && (K & 3) == 0 &&
+        ((reinterpret_cast<unsigned long long>(A) | reinterpret_cast<unsigned long long>(B) |
+          reinterpret_cast<unsigned long long>(C)) & 15) == 0;
 
     float acc[WMITER * TM][WNITER * TN];
 #pragma unroll

@@ -125,7 +125,7 @@ def test_warp_synchronised_exchange_is_not_a_race():
     assert not report.races
 
 
-def _warptiling(source: str, shape=(70, 260, 50)):
+def _warptiling(source: str, shape=(70, 260, 52)):
     """Run the warptiling stage (asynchronous copies) under the analysis: (correct?, report)."""
     stage = stages.stage("warptiling")
     f = compiler.SourceModule(source, options=stage.options()).get_function(stage.kernel)
@@ -149,9 +149,9 @@ def test_asynchronous_copies_never_waited_for_give_wrong_results():
     assert not ok
 
 
+@pytest.mark.parametrize("shape", [(70, 50, 40), (70, 52, 44)], ids=["scalar-path", "float4-path"])
 @pytest.mark.parametrize("stage", stages.STAGES, ids=lambda s: s.id)
-def test_reference_kernels_are_clean(stage):
-    shape = (70, 50, 40)
+def test_reference_kernels_are_clean(stage, shape):
     f = compiler.SourceModule(stage.source(), options=stage.options()).get_function(stage.kernel)
     A, B = sgemm.random_inputs(*shape, np.random.default_rng(3))
     with analyze() as report:

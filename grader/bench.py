@@ -6,8 +6,8 @@ calculator vs the CUDA API), and results/<gpu>/bench.json, bench.md and
 roofline.png. On the emulator: every stage's reference kernel once on a few
 small non-square shapes, correctness only ("not timed: no GPU").
 
-    PYTHONPATH=. python3 -m grader.bench [--sizes 1024,4096,4000x3000x2000]
-        [--stages naive,coalesced] [--repeat 20] [--budget 60] [--out DIR]
+    python3 -m grader.bench [--sizes 1024,4096,4000x3000x2000]
+      [--stages naive,coalesced] [--repeat 20] [--budget 60] [--out DIR]
 
 Exit status: 0 all stages correct, 1 a stage wrong (or a result rejected), 2 usage.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shlex
 import sys
 import time
 import traceback
@@ -25,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .command import ROOT, recorded_command
 from .perf import NO_GPU
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SIZES = "1024,2048,4096,8192,4000x3000x2000"
 EMULATOR_SHAPES = [(17, 33, 9), (128, 64, 96), (257, 129, 65)]
 NO_CHECK = "not checked: no GPU"
@@ -278,7 +277,7 @@ def run_gpu(stage_list, args, argv) -> int:
 
     out = Path(args.out) if args.out else ROOT / "results" / _slug(name)
     out.mkdir(parents=True, exist_ok=True)
-    command = f"cd {ROOT} && PYTHONPATH=. python3 -m grader.bench " + " ".join(shlex.quote(a) for a in argv)
+    command = recorded_command("grader.bench", argv)
     device_info = {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}",
                    "fp32_peak_gflops": peak / 1e9, "copy_bandwidth_gbs": bandwidth / 1e9,
                    "limits": vars(limits), "tf32": tf32}

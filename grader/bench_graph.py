@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-COMMAND = "python -m grader.bench_graph --out {out}"
+from .command import recorded_command
 
 
 def _events_ms(drv, fn, repeats: int) -> float:
@@ -153,7 +153,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     device = drv.Device(0).name() if gpu else "the CPU emulator"
     print(f"bench_graph on {device} ({grader.BACKEND.name})", flush=True)
-    res = {"device": device, "gpu": gpu, "command": COMMAND.format(out=args.out)}
+    res = {"device": device, "gpu": gpu,
+           "command": recorded_command("grader.bench_graph", list(sys.argv[1:] if argv is None else argv))}
     res["top2"] = bench_top2(drv, gpu, rng)
     t = res["top2"]
     print(f"  top-2 {t['side']}x{t['side']}: correct={t['correct']}" +

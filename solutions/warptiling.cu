@@ -114,6 +114,8 @@ __device__ __forceinline__ void copy_b(const bool vec, int N, int K, const float
 // warp covers 16 rows x 2 groups, so that its stores to As are conflict free.
 __device__ __forceinline__ int a_row(int e) { return e % 16 + 16 * (e / (4 * BK)); }
 __device__ __forceinline__ int a_col(int e) { return 4 * ((e / 16) % (BK / 4)); }
+// Whether group e exists (always, when the groups split evenly over the threads).
+__device__ __forceinline__ bool a_group(int e) { return AV % NUM_THREADS == 0 || e < AV; }
 
 // Load this thread's groups of the A tile at (rowBase, k0) into registers
 // (float4 loads on the vec path); zeros outside the matrix.
@@ -125,7 +127,7 @@ __device__ __forceinline__ void load_a(const bool vec, int M, int K, const float
         const int e = threadIdx.x + r * NUM_THREADS;
         const int gr = rowBase + a_row(e), gc = k0 + a_col(e);
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if ((AV % NUM_THREADS == 0 || e < AV) && gr < M) {
+        if (a_group(e) && gr < M) {
             const float* p = &A[gr * K + gc];
             if (vec) {
                 if (gc < K) v = __ldcg(reinterpret_cast<const float4*>(p));   // K % 4 == 0: gc + 3 < K too
@@ -147,7 +149,7 @@ __device__ __forceinline__ void store_a(const float4 (&ra)[LA4], float (*As)[AS_
 #pragma unroll
     for (int r = 0; r < LA4; ++r) {
         const int e = threadIdx.x + r * NUM_THREADS;
-        if (AV % NUM_THREADS == 0 || e < AV) {
+        if (a_group(e)) {
             const int m = a_row(e), k = a_col(e);
             As[k][m] = ra[r].x;
             As[k + 1][m] = ra[r].y;

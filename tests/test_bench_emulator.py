@@ -77,3 +77,13 @@ def test_perf_pure_helpers():
         perf.check_plausible(70_000.0, 66.9e12, "kernel")
     perf.check_plausible(50_000.0, 66.9e12, "cuBLAS")
     assert perf.arithmetic_intensity(4096, 4096, 4096) == pytest.approx(4096 / 6)
+
+
+def test_recorded_command_is_relative_to_the_repository():
+    from grader.command import ROOT, recorded_command
+    argv = ["--out", str(ROOT / "results" / "x"), "--sizes", "1024,4000x3000x2000", "--note", "two words"]
+    assert (recorded_command("grader.bench", argv, environ={"GRADER_BACKEND": "gpu"}) ==
+            "GRADER_BACKEND=gpu python3 -m grader.bench --out results/x --sizes 1024,4000x3000x2000 "
+            "--note 'two words'")
+    assert recorded_command("grader.bench_graph", ["--out", "/elsewhere/out"], environ={}) == \
+        "python3 -m grader.bench_graph --out /elsewhere/out"

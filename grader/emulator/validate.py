@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..command import recorded_command
+
 # Shared-memory patterns: each kernel fills s[] from global memory, waits, and
 # reads it back with the pattern in its name (one block of 256 threads).
 PATTERNS = r"""
@@ -251,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        command = "python -m grader.emulator.validate " + " ".join(argv if argv is not None else sys.argv[1:])
+        command = recorded_command("grader.emulator.validate", list(sys.argv[1:] if argv is None else argv))
         (out / "validation.md").write_text(f"# Emulator analysis vs Nsight Compute and compute-sanitizer\n\n"
                                            f"Command: `{command}`\n\nSGEMM stages at {SGEMM_SHAPE}.\n\n{table}\n")
         (out / "validation.json").write_text(json.dumps({"emulator": emu, "ncu": hw, "racecheck": races,

@@ -1,6 +1,6 @@
 """nbgrader configuration for the SGEMM labs (course root: this directory).
 
-Source notebooks live in labs/<assignment>/ (built by labs/build_labs.py).
+Source notebooks live in labs/<assignment>/, edited directly (JupyterLab or Create Assignment).
 Grading needs a GPU for the performance points; see README ("Grading").
 """
 import os

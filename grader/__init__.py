@@ -1,11 +1,23 @@
 """The SGEMM teaching lab's grader.
 
-Importing it picks the backend (see grader.backend): after `import grader`,
-plain PyCUDA code runs either on the GPU or on the CPU emulator.
-"""
-from . import backend as _backend
+Importing it does nothing but define the front-end (grader.frontend):
 
-BACKEND = _backend.select()
-_backend.announce(BACKEND)
-from .notebook import check, grade  # noqa: E402,F401  (grader.check(stage_id, KERNEL_SOURCE) in notebooks)
-from .graph import check_graph, check_host_minimums, grade_graph  # noqa: E402,F401  (labs 3 and 4)
+    grader.use_backend()                                   choose where kernels run, once, and say so
+    grader.check(exercise, submission, checks=None, ...)   every check, a CheckReport
+    grader.grade(exercise, submission, check, points)      one hidden test cell: the points earned
+    grader.grade_answer(value, expected, points, rtol=...) a numeric question: the points earned
+
+The backend is chosen when it is first needed (a compile, a check, or
+use_backend()); then plain PyCUDA code runs either on the GPU or on the CPU
+emulator. `grader.BACKEND` is that choice (reading it makes it).
+"""
+from .backend import current as _current_backend
+from .frontend import check, grade, grade_answer, use_backend
+
+__all__ = ["check", "grade", "grade_answer", "use_backend", "BACKEND"]
+
+
+def __getattr__(name: str):
+    if name == "BACKEND":                 # lazily: reading it chooses the backend (without announcing it)
+        return _current_backend()
+    raise AttributeError(f"module 'grader' has no attribute '{name}'")

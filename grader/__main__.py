@@ -2,13 +2,17 @@
 
   bench    every reference stage through the grader: the stage table, with
            GFLOPS against cuBLAS on a GPU, correctness only on the emulator
-  check    FILE --stage ID [--checks a,b] [--seed N] [--json]: grade a .cu file or a
+  check    FILE --exercise ID [--checks a,b] [--seed N] [--json]: grade a .cu file or a
            notebook's kernel (each check in its own process); exit 1 when a check fails
+  student  LAB [--to DIR] [--force]: a student's copy of a lab (student/LAB/), to
+           open in JupyterLab
   regrade  COURSE_DIR ASSIGNMENT [--differences] [--student ID]: grade nbgrader
            submissions again from their cells' text, in clean processes, and list
            every score that differs from the gradebook; exit 1 when any differs
 """
 import sys
+
+from .frontend import use_backend
 
 
 def main(argv: list[str]) -> int:
@@ -16,15 +20,20 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    # Each command's module is imported when it is the one asked for (bench pulls in the timing code).
     if command == "bench":
+        use_backend()
         from .bench import main as bench
         return bench(rest)
     if command == "check":
-        from .regrade import main_check
-        return main_check(rest)
+        from .check_command import main as check
+        return check(rest)
+    if command == "student":
+        from .student import main as student
+        return student(rest)
     if command == "regrade":
-        from .regrade import main_regrade
-        return main_regrade(rest)
+        from .regrade import main as regrade
+        return regrade(rest)
     print(f"unknown command '{command}'\n{__doc__}")
     return 2
 

@@ -5,22 +5,26 @@
 
 Every combination of the parameters below is first checked against the
 kernel's rules (without compiling): thread count, divisibility, the copy
-mapping, shared memory and registers for MIN_BLOCKS blocks per SM, and bank
-conflicts of every shared-memory access pattern (modelled here exactly as the
-kernel does them). Each valid configuration is compiled, checked for correctness on
-awkward shapes, and timed with CUDA events (median of --repeats runs after
-warm-up). The winner is checked again at the timed size; all results go to a
-JSON file, and the winner to grader/tuned_configs.json under the GPU's name.
-On the CPU emulator the times mean nothing, but everything else runs."""
+mapping, shared memory and registers for MIN_BLOCKS blocks per SM (the limits
+read from the device), and bank conflicts of every shared-memory access
+pattern (the addresses modelled here exactly as the kernel makes them, the bank
+rule the emulator's: grader.emulator.analysis.bank_wavefronts). Each valid
+configuration is compiled and timed by grader.perf.time_kernel, like every
+published figure (median of --repeats >= 20 runs, L2 flushed before each);
+the fastest is checked for correctness on awkward shapes and at the timed size
+(the next fastest when it is wrong). All results go to a JSON file, and the
+winner to grader/tuned_configs.json under the GPU's name. On the CPU emulator
+nothing is timed ("not timed: no GPU"): the candidates are checked in sweep
+order and nothing is written to tuned_configs.json."""
 from __future__ import annotations
 
 import argparse
 import itertools
 import json
 import os
-import statistics
 import sys
 import time
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -40,12 +44,14 @@ SPACE = {   # narrowed by earlier sweeps on the H200: TM = 8, TN = 4 and warp ti
     "STAGES": (2, 3, 4),
     "MIN_BLOCKS": (1, 2),
 }
-SMEM_PER_SM = 228 * 1024      # shared memory of an SM (sm_80 and later: 164 KiB on sm_80, 228 KiB on sm_90)
-SMEM_RESERVED = 1024          # per block, taken by the system
-REGISTERS_PER_SM = 65536
-MAX_REGISTERS = 255
 REGISTER_OVERHEAD = 40        # addresses, indices, loop counters: measured 34-45 with ptxas -v
-BANKS = 32
+
+
+@lru_cache(maxsize=None)
+def device_limits():
+    """Shared memory and registers of an SM of device 0 (the emulator's: the H200's)."""
+    from .occupancy import device_limits
+    return device_limits()
 
 
 # ---- constraints, checked before compiling ------------------------------------
@@ -72,23 +78,11 @@ def registers_needed(c: dict) -> int:
 
 
 def conflict_degree(accesses: list[tuple[int, int]], width: int) -> int:
-    """Bank-conflict degree of one warp-wide shared access: accesses are
-    (lane, byte address) of the lanes taking part, all `width` bytes wide.
-    4-byte accesses are served per warp, 8-byte per half-warp, 16-byte per
-    quarter-warp; same-address lanes share (broadcast)."""
-    phase = {4: 32, 8: 16, 16: 8}[width]
-    worst = 1
-    groups: dict[int, set[int]] = {}
-    for lane, addr in accesses:
-        groups.setdefault(lane // phase, set()).add(addr)
-    for addrs in groups.values():
-        per_bank: dict[int, int] = {}
-        for addr in addrs:
-            for w in range(width // 4):
-                bank = (addr // 4 + w) % BANKS
-                per_bank[bank] = per_bank.get(bank, 0) + 1
-        worst = max(worst, max(per_bank.values()))
-    return worst
+    """Bank-conflict degree (1: none) of one warp-wide shared access: accesses
+    are (lane, byte address) of the lanes taking part, all `width` bytes wide,
+    under the emulator's bank rule."""
+    from .emulator.analysis import bank_wavefronts
+    return max(1, bank_wavefronts(dict(accesses), width).max_ways)
 
 
 def bank_conflicts(c: dict) -> list[str]:
@@ -145,10 +139,12 @@ def bank_conflicts(c: dict) -> list[str]:
     return bad
 
 
-def violations(c: dict) -> list[str]:
+def violations(c: dict, limits=None) -> list[str]:
     """Why the kernel cannot be built or run with c (empty: valid). Mirrors
-    the static_asserts of solutions/warptiling.cu, plus resource limits."""
+    the static_asserts of solutions/warptiling.cu, plus the resource limits
+    of `limits` (an occupancy.Limits; default: device 0's)."""
     BM, BN, BK, WM, WN, WNITER, TM, TN, NT, STAGES, MIN_BLOCKS = (c[p] for p in PARAMS)
+    L = limits or device_limits()
     why = []
     if NT > 1024 or NT % 32:
         return ["NUM_THREADS must be a multiple of 32, at most 1024"]
@@ -165,9 +161,9 @@ def violations(c: dict) -> list[str]:
         why.append("BM and BN must be multiples of 32, BK of 8 (load maps, padding)")
     if (BK * BN // 4) % NT:
         why.append("the B tile (float4) must split evenly over the threads")
-    if MIN_BLOCKS * (warptile_shared_bytes(c) + SMEM_RESERVED) > SMEM_PER_SM:
+    if MIN_BLOCKS * (warptile_shared_bytes(c) + L.smem_reserved_per_block) > L.smem_per_sm:
         why.append(f"shared memory: {MIN_BLOCKS} x {warptile_shared_bytes(c)} B does not fit in an SM")
-    budget = min(MAX_REGISTERS, REGISTERS_PER_SM // (MIN_BLOCKS * NT) // 8 * 8)
+    budget = min(L.max_regs_per_thread, L.regs_per_sm // (MIN_BLOCKS * NT) // 8 * 8)
     if registers_needed(c) > budget:
         why.append(f"about {registers_needed(c)} registers per thread > {budget} "
                    f"({MIN_BLOCKS} blocks of {NT} threads per SM)")
@@ -195,25 +191,6 @@ def progress(i: int, n: int, text: str = "", width: int = 30) -> None:
     if i >= n:
         sys.stdout.write("\n")
     sys.stdout.flush()
-
-
-def time_kernel(function, launch, M, N, K, a, b, c, repeats: int, warmup: int = 2) -> list[float]:
-    """Milliseconds per launch, measured with CUDA events around each launch."""
-    import pycuda.driver as drv
-
-    from . import sgemm
-    for _ in range(warmup):
-        sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
-    drv.Context.synchronize()
-    start, end = drv.Event(), drv.Event()
-    times = []
-    for _ in range(repeats):
-        start.record()
-        sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
-        end.record()
-        end.synchronize()
-        times.append(end.time_since(start))
-    return times
 
 
 CHECK_SHAPES = [(1, 1, 1), (17, 33, 9), (257, 129, 65), (260, 132, 68), (1, 300, 7), (300, 1, 5)]
@@ -250,7 +227,7 @@ def precompile(st, cands: list[dict], jobs: int) -> list:
     def build(cfg):
         try:
             return nvcc_compile(st.source(), options=st.options(cfg), arch=arch)
-        except Exception as e:
+        except drv.CompileError as e:
             return e
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(build, cands))
@@ -259,7 +236,8 @@ def precompile(st, cands: list[dict], jobs: int) -> list:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=4096, help="M = N = K of the timed product (default 4096)")
-    ap.add_argument("--repeats", type=int, default=10, help="timed runs per configuration (>= 10 for the median)")
+    ap.add_argument("--repeats", type=int, default=20, help="timed runs per configuration (at least 20, "
+                    "as for every published figure)")
     ap.add_argument("--limit", type=int, default=0, help="try only the first LIMIT valid configurations")
     ap.add_argument("--dry-run", action="store_true", help="write no files")
     ap.add_argument("--out", type=Path, default=None, help="results JSON (default: autotune-<gpu>.json here)")
@@ -267,8 +245,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel nvcc compilations (GPU only)")
     args = ap.parse_args(argv)
 
-    from . import BACKEND, sgemm, stages
-    import pycuda.autoinit  # noqa: F401
+    from . import perf, sgemm, stages
+    from .backend import current as current_backend
+    BACKEND = current_backend()
+    import pycuda.autoprimaryctx  # noqa: F401  (the context perf's timing and L2 flush use)
     import pycuda.driver as drv
 
     st = stages.stage("autotuned")
@@ -281,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.limit:
         cands = cands[:args.limit]
     size = args.size
-    repeats = max(args.repeats, 10)
+    repeats = max(args.repeats, perf.MIN_REPEAT)
     rng = np.random.default_rng(0)
     A, B = sgemm.random_inputs(size, size, size, rng)
     a, b = drv.to_device(A), drv.to_device(B)
@@ -302,18 +282,24 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 modules.append(drv.module_from_buffer(_raise_if_error(cubin)))  # kept alive
                 function = modules[-1].get_function(st.kernel)
-        except Exception as e:  # compile errors: recorded, not fatal
+        except drv.Error as e:  # compile and load errors: recorded, not fatal
             entry["error"] = f"compile: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
             functions.append(None)
             continue
         functions.append(function)
-        times = time_kernel(function, st.launch(size, size, size, cfg), size, size, size, a, b, c, repeats)
-        ms = statistics.median(times)
-        entry.update(ms=ms, tflops=2 * size ** 3 / (ms * 1e-3) / 1e12, times_ms=times)
+        run = sgemm.launcher(function, st.launch(size, size, size, cfg), size, size, size, a, b, c)
+        timing = perf.time_kernel(run, repeat=repeats)
+        if isinstance(timing, perf.Timing):
+            ms = timing.median_s * 1e3
+            entry.update(ms=ms, tflops=2 * size ** 3 / (ms * 1e-3) / 1e12,
+                         times_ms=[t * 1e3 for t in timing.times_s])
+        else:
+            entry["timing"] = str(timing)
     progress(len(cands), len(cands), f"done in {time.time() - t0:.0f} s")
 
-    # Correctness, fastest first, until one configuration is right everywhere.
-    order = sorted((i for i, r in enumerate(results) if "ms" in r), key=lambda i: results[i]["ms"])
+    # Correctness, fastest first (untimed: in sweep order), until one configuration is right everywhere.
+    order = sorted((i for i, f in enumerate(functions) if f is not None),
+                   key=lambda i: results[i].get("ms", float("inf")))
     winner = None
     for i in order:
         wrong = check_config(st, functions[i], cands[i], CHECK_SHAPES + [(size, size, size)], rng)
@@ -329,9 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     if winner is None:
         print("autotune: no configuration ran correctly")
         return 1
-    print("fastest:" + (" (CPU emulator: times mean nothing)" if emulated else ""))
+    print("fastest:" if not timed or "ms" in timed[0] else f"{timed[0]['timing']}; in sweep order:")
     for r in timed[:5]:
-        print(f"  {r['tflops']:8.2f} TFLOPS  {r['ms']:9.3f} ms  {r['config']}")
+        print(f"  {r['tflops']:8.2f} TFLOPS  {r['ms']:9.3f} ms  {r['config']}" if "ms" in r else f"  {r['config']}")
     best = cands[winner]
     print(f"winner checked on {len(CHECK_SHAPES)} small shapes and at {size}^3: all elements correct")
 

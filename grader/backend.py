@@ -1,12 +1,24 @@
 """Choose where kernels run: real PyCUDA on a GPU, or the CPU emulator.
 
 GRADER_BACKEND=auto (default) takes the GPU when PyCUDA imports and a CUDA
-device answers; gpu insists on it; emulator never tries."""
+device answers; gpu insists on it; emulator never tries.
+
+Nothing happens on import. The choice is made once per process, when it is
+first needed: by `current()` (the front-end's `grader.use_backend()`, which
+also announces it, or the first compile through `grader.compiler`). Choosing
+the emulator installs it as `pycuda`, so that a student's own
+`import pycuda.autoinit` then runs on the CPU.
+
+Layer: imports only the emulator (see README, "Architecture").
+"""
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
+
+from . import emulator
+
+CHOICES = ("auto", "gpu", "emulator")
 
 
 @dataclass(frozen=True)
@@ -17,25 +29,33 @@ class Backend:
     def __str__(self) -> str:
         return f"{self.name} ({self.detail})"
 
+    def announcement(self) -> str:
+        return f"grader: kernels run on the {self}"
+
+
+_current: Backend | None = None
+
 
 def _probe_gpu() -> tuple[bool, str]:
+    # PyCUDA is an optional dependency (GPU machines only): imported here, when probing.
     try:
+        import pycuda
         import pycuda.driver as drv
+    except ImportError as e:       # not installed, or no libcuda to load
+        return False, f"PyCUDA not importable: {e}"
+    try:
         drv.init()
         if drv.Device.count() < 1:
             return False, "no CUDA device"
-        import pycuda
         return True, f"{drv.Device(0).name()}, PyCUDA {pycuda.VERSION_TEXT}"
-    except ImportError as e:
-        return False, f"PyCUDA not importable: {e}"
-    except Exception as e:  # the driver's own errors: no device, no driver
+    except drv.Error as e:         # the driver's own errors: no device, no driver, a busy device
         return False, f"no usable CUDA device: {e}"
 
 
 def select(requested: str | None = None) -> Backend:
-    from . import emulator
+    """Choose a backend now (installing the emulator when it is the choice)."""
     requested = (requested or os.environ.get("GRADER_BACKEND", "auto")).strip().lower()
-    if requested not in ("auto", "gpu", "emulator"):
+    if requested not in CHOICES:
         raise ValueError(f"GRADER_BACKEND must be auto, gpu or emulator, not {requested!r}")
     if emulator.installed():
         return Backend("emulator", "CPU emulator, already installed")
@@ -52,5 +72,25 @@ def select(requested: str | None = None) -> Backend:
     return Backend("emulator", f"CPU emulator; {why}")
 
 
-def announce(backend: Backend) -> None:
-    sys.stdout.write(f"grader: kernels run on the {backend}\n")
+def current() -> Backend:
+    """The backend of this process, chosen on the first call."""
+    global _current
+    if _current is None:
+        _current = select()
+    return _current
+
+
+def drivers(on_emulator: bool = False):
+    """(pycuda.driver, SourceModule) of the current backend, or of the emulator
+    even on a GPU machine (the analysis always runs there)."""
+    if on_emulator:
+        from .emulator.pycuda import compiler, driver
+        return driver, compiler.SourceModule
+    current()
+    # pycuda is the emulator's after current() installed it, the real one on a GPU.
+    import pycuda.driver as driver
+    if not getattr(driver, "EMULATED", False):
+        import pycuda.autoprimaryctx  # noqa: F401  (a context shared with CuPy)
+    from pycuda.compiler import SourceModule
+    return driver, SourceModule
+

@@ -113,8 +113,8 @@ def main(argv=None) -> int:
         except (ValueError, KeyError) as e:
             say(f"bench: {e.args[0] if e.args else e}")
             return 2
-        import grader
-        if grader.BACKEND.name != "gpu":
+        from .backend import current as current_backend
+        if current_backend().name != "gpu":
             return run_emulator(stage_list, args)
         return run_gpu(stage_list, args, argv)
     except Exception:  # noqa: BLE001 - a report on stdout, not a traceback on stderr
@@ -128,6 +128,8 @@ def main(argv=None) -> int:
 # ---- emulator ------------------------------------------------------------------------
 def run_emulator(stage_list, args) -> int:
     """Correctness of every stage on small non-square shapes; nothing timed."""
+    import pycuda.driver as drv
+
     from . import occupancy, sgemm
     say(f"bench: no GPU, so no timing; checking {len(stage_list)} stage(s) on "
         + ", ".join(shape_str(*s) for s in EMULATOR_SHAPES))
@@ -138,7 +140,7 @@ def run_emulator(stage_list, args) -> int:
         ok, detail, function = True, "", None
         try:
             function = sgemm.compile_kernel(st)
-        except Exception as e:  # noqa: BLE001
+        except drv.Error as e:      # CompileError, or no kernel of that name
             ok, detail = False, f"compile error: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}"
         for M, N, K in EMULATOR_SHAPES if function is not None else []:
             A, B = sgemm.random_inputs(M, N, K, rng)
@@ -146,7 +148,7 @@ def run_emulator(stage_list, args) -> int:
                 result = sgemm.compare(sgemm.run(st, A, B, function=function), A, B)
                 if not result.ok:
                     ok, detail = False, result.describe((M, N, K))
-            except Exception as e:  # noqa: BLE001
+            except (drv.Error, TypeError, ValueError) as e:     # a failed launch
                 ok, detail = False, f"{shape_str(M, N, K)}: {type(e).__name__}: {e}"
             if not ok:
                 break
@@ -197,15 +199,17 @@ def _slug(name: str) -> str:
 
 def _compile(st):
     """(Function, cubin for the occupancy API or None, error message or '')."""
+    import pycuda.driver as drv
+    from pycuda.compiler import compile as nvcc_compile
+
     from . import sgemm
     try:
         function = sgemm.compile_kernel(st)
-    except Exception as e:  # noqa: BLE001
+    except drv.Error as e:      # CompileError, or no kernel of that name
         return None, None, f"compile error: {e}"
     try:
-        from pycuda.compiler import compile as nvcc_compile
         cubin = nvcc_compile(st.source(), options=st.options())
-    except Exception:  # noqa: BLE001 - only the occupancy cross-check needs it
+    except drv.CompileError:    # only the occupancy cross-check needs it
         cubin = None
     return function, cubin, ""
 
@@ -223,14 +227,16 @@ def run_gpu(stage_list, args, argv) -> int:
     name, cc = device.name(), device.compute_capability()
     try:
         peak = perf.fp32_peak(device)
+        dram = perf.device_peaks(device)[1]
         limits = occupancy.device_limits(device)
         bandwidth = perf.memory_bandwidth()
-    except Exception as e:  # noqa: BLE001 - a device we cannot describe is not benchmarked
+    except (ValueError, LookupError, RuntimeError, OSError, drv.Error) as e:
+        # a device we cannot describe (unknown FP32 lanes, compute capability < 7, ...) is not benchmarked
         say(f"bench: cannot benchmark {name}: reading its peak, limits or bandwidth failed: "
             f"{type(e).__name__}: {e}")
         return 2
     say(f"bench: {name} (sm_{cc[0]}{cc[1]}), FP32 peak {peak / 1e12:.1f} TFLOPS, "
-        f"copy bandwidth {bandwidth / 1e9:.0f} GB/s; {tf32}")
+        f"copy bandwidth {bandwidth / 1e9:.0f} GB/s (DRAM {dram / 1e9:.0f} GB/s from its attributes); {tf32}")
     compiled = {st.id: _compile(st) for st in stage_list}
 
     records, cublas_records = [], []
@@ -251,7 +257,7 @@ def run_gpu(stage_list, args, argv) -> int:
                 try:
                     m = perf.measure_sgemm(function, st.launch(M, N, K), w, repeat=args.repeat,
                                            budget_s=args.budget, peak_flops=peak)
-                except Exception as e:  # noqa: BLE001
+                except (drv.Error, RuntimeError) as e:     # a failed launch (PyCUDA), or CuPy's sync after it
                     m = perf.Measurement("error", f"{type(e).__name__}: {e}")
             m.cublas_gflops = cb
             timing = m.kernel if isinstance(m.kernel, perf.Timing) else None
@@ -280,6 +286,7 @@ def run_gpu(stage_list, args, argv) -> int:
     command = recorded_command("grader.bench", argv)
     device_info = {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}",
                    "fp32_peak_gflops": peak / 1e9, "copy_bandwidth_gbs": bandwidth / 1e9,
+                   "dram_bandwidth_gbs": dram / 1e9,
                    "limits": vars(limits), "tf32": tf32}
     doc = {"command": command, "device": device_info, "repeat": args.repeat, "budget_s": args.budget,
            "cublas": cublas_records, "results": records,

@@ -5,13 +5,16 @@ of CUDA's occupancy calculator for compute capability 7.0 and newer:
 registers are allocated per warp in units of 256 and split over 4 SM
 sub-partitions; every block's shared memory is rounded up to 128 bytes after
 adding the per-block reservation (1 KiB on sm_80+). `device_limits()` reads
-the limits from PyCUDA's device attributes (the emulator reports H200 values);
+the limits from PyCUDA's device attributes (the emulator reports the H200's,
+which are also `H200` here);
 `check_against_cuda()` asks the driver's cuOccupancyMaxActiveBlocksPerMultiprocessor.
 """
 from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
+
+from .emulator.config import DEVICE_ATTRIBUTES
 
 
 @dataclass(frozen=True)
@@ -35,9 +38,20 @@ class Limits:
         return self.max_threads_per_sm // self.warp_size
 
 
-# The H200 (sm_90) as measured; the same numbers the emulator reports.
-H200 = Limits(max_threads_per_sm=2048, max_blocks_per_sm=32, regs_per_sm=65536, regs_per_block=65536,
-              smem_per_sm=228 * 1024, smem_per_block_optin=227 * 1024, smem_reserved_per_block=1024)
+def limits_from(attribute) -> Limits:
+    """Limits from `attribute(name)`, a device attribute by its PyCUDA name."""
+    return Limits(max_threads_per_sm=attribute("MAX_THREADS_PER_MULTIPROCESSOR"),
+                  max_blocks_per_sm=attribute("MAX_BLOCKS_PER_MULTIPROCESSOR"),
+                  regs_per_sm=attribute("MAX_REGISTERS_PER_MULTIPROCESSOR"),
+                  regs_per_block=attribute("MAX_REGISTERS_PER_BLOCK"),
+                  smem_per_sm=attribute("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
+                  smem_per_block_optin=attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+                  smem_reserved_per_block=attribute("RESERVED_SHARED_MEMORY_PER_BLOCK"),
+                  warp_size=attribute("WARP_SIZE"))
+
+
+# The H200 (sm_90): the emulated device's attributes (one table, grader.emulator.config).
+H200 = limits_from(DEVICE_ATTRIBUTES.__getitem__)
 
 
 @dataclass(frozen=True)
@@ -113,7 +127,7 @@ _ATTRIBUTE_NUMBERS = {   # CUdevice_attribute values, for a PyCUDA without the n
     "MAX_THREADS_PER_MULTIPROCESSOR": 39, "MAX_BLOCKS_PER_MULTIPROCESSOR": 106,
     "MAX_REGISTERS_PER_MULTIPROCESSOR": 82, "MAX_REGISTERS_PER_BLOCK": 12,
     "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": 81, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 97,
-    "RESERVED_SHARED_MEMORY_PER_BLOCK": 111, "WARP_SIZE": 10,
+    "RESERVED_SHARED_MEMORY_PER_BLOCK": 111, "WARP_SIZE": 10, "MULTIPROCESSOR_COUNT": 16,
 }
 
 
@@ -142,22 +156,19 @@ def device_ordinal(device) -> int:
 
 
 def device_limits(device=None) -> Limits:
-    """The occupancy limits of `device` (default: device 0)."""
-    import pycuda.driver as drv
-    drv.init()
-    device = device if device is not None else drv.Device(0)
-    a = lambda name: device_attribute(device, name)  # noqa: E731
+    """The occupancy limits of `device` (default: device 0 of the chosen backend)."""
+    from .backend import drivers
+    device = device if device is not None else drivers()[0].Device(0)
     major, _ = device.compute_capability()
     if major < 7:
         raise ValueError(f"the occupancy rules here are for compute capability 7.0+, not {major}.x")
-    return Limits(max_threads_per_sm=a("MAX_THREADS_PER_MULTIPROCESSOR"),
-                  max_blocks_per_sm=a("MAX_BLOCKS_PER_MULTIPROCESSOR"),
-                  regs_per_sm=a("MAX_REGISTERS_PER_MULTIPROCESSOR"),
-                  regs_per_block=a("MAX_REGISTERS_PER_BLOCK"),
-                  smem_per_sm=a("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
-                  smem_per_block_optin=a("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
-                  smem_reserved_per_block=a("RESERVED_SHARED_MEMORY_PER_BLOCK"),
-                  warp_size=a("WARP_SIZE"))
+    return limits_from(lambda name: device_attribute(device, name))
+
+
+def multiprocessor_count(device=None) -> int:
+    """The SMs of `device` (default: device 0 of the chosen backend; the emulator's: 132)."""
+    from .backend import drivers
+    return device_attribute(device if device is not None else drivers()[0].Device(0), "MULTIPROCESSOR_COUNT")
 
 
 def function_resources(function) -> tuple[int, int]:
@@ -229,9 +240,10 @@ def check_against_cuda(function, block_threads: int, dynamic_shared: int = 0, cu
     where PyCUDA has it, else from `cubin` + `kernel_name` (the same binary,
     e.g. from pycuda.compiler.compile). On the emulator nothing is asked."""
     import pycuda.driver as drv
+    failures = (ValueError, LookupError, RuntimeError, OSError, drv.Error)   # reported, not raised
     try:
         ours = function_occupancy(function, block_threads, dynamic_shared)
-    except Exception as e:  # noqa: BLE001 - reported, not raised
+    except failures as e:
         return CudaCheck(None, None, f"our calculator failed: {e}")
     if getattr(drv, "EMULATED", False):
         return CudaCheck(ours, None, "not checked: no GPU")
@@ -246,5 +258,5 @@ def check_against_cuda(function, block_threads: int, dynamic_shared: int = 0, cu
         if cubin is None or kernel_name is None:
             return CudaCheck(ours, None, "not checked: PyCUDA's Function has no handle; pass cubin= and kernel_name=")
         return CudaCheck(ours, cuda_blocks_per_sm(cubin, kernel_name, block_threads, dynamic_shared))
-    except Exception as e:  # noqa: BLE001 - reported, not raised
+    except failures as e:
         return CudaCheck(ours, None, f"CUDA occupancy API failed: {e}")

@@ -2,15 +2,17 @@
 run, the median of >= 20 runs, fresh uniform random inputs, the kernel checked
 against cuBLAS (NaN fails) before its time counts, cuBLAS (CuPy, FP32, TF32
 off) timed the same way on the same data, and any result above the device's
-FP32 peak rejected. On the emulator every function answers NOT_TIMED."""
+FP32 peak rejected. `time_kernel` is the project's one timing routine (bench,
+the performance check, autotune and bench_graph call it). On the emulator
+every timing function answers NOT_TIMED: no GPU, no figure."""
 from __future__ import annotations
 
-import math
 import os
 import statistics
 from dataclasses import dataclass, field
+from functools import lru_cache
 
-import numpy as np
+from .sgemm import launcher, tolerance
 
 NO_GPU = "not timed: no GPU"
 MIN_REPEAT = 20
@@ -22,7 +24,8 @@ class ImpossibleResult(ValueError):
 
 @dataclass(frozen=True)
 class NotTimed:
-    """What every timing function answers when there is nothing to time."""
+    """What every timing function answers when there is nothing to time
+    (no GPU), or when timing was skipped (the reason says why)."""
     reason: str = NO_GPU
     ok = False
 
@@ -52,9 +55,9 @@ class Timing:
 
 def on_gpu() -> bool:
     """True only with real PyCUDA on a GPU (never on the emulator)."""
-    import grader
+    from .backend import current as current_backend
     import pycuda.driver as drv
-    return grader.BACKEND.name == "gpu" and not getattr(drv, "EMULATED", False)
+    return current_backend().name == "gpu" and not getattr(drv, "EMULATED", False)
 
 
 def _context():
@@ -93,16 +96,33 @@ def fp32_peak_from(sm_count: int, major: int, minor: int, clock_khz: int) -> flo
     return sm_count * fp32_lanes_per_sm(major, minor) * 2 * clock_khz * 1e3
 
 
+def dram_bandwidth_from(memory_clock_khz: int, bus_width_bits: int) -> float:
+    """DRAM bytes/s: two transfers a clock (double data rate) x the bus width.
+    The H200 reports 3201000 kHz and 6144 bits: 4.92e12 (NVIDIA quotes 4.8 TB/s)."""
+    return 2 * memory_clock_khz * 1e3 * bus_width_bits / 8
+
+
+def device_peaks(device=None) -> tuple[float, float]:
+    """(FP32 FLOP/s, DRAM bytes/s) from a device's attributes, on any backend:
+    the GPU's own, or on the emulator the emulated H200's. Figures from the
+    specification sheet (not measured): for a roofline's ceilings."""
+    from .backend import drivers
+    drv = drivers()[0]
+    device = device if device is not None else drv.Device(0)
+    major, minor = device.compute_capability()
+    a = drv.device_attribute
+    return (fp32_peak_from(device.get_attribute(a.MULTIPROCESSOR_COUNT), major, minor,
+                           device.get_attribute(a.CLOCK_RATE)),
+            dram_bandwidth_from(device.get_attribute(a.MEMORY_CLOCK_RATE),
+                                device.get_attribute(a.GLOBAL_MEMORY_BUS_WIDTH)))
+
+
 def fp32_peak(device=None) -> float | NotTimed:
-    """The device's FP32 peak in FLOP/s, from its attributes."""
+    """The GPU's FP32 peak in FLOP/s, from its attributes (NOT_TIMED on the emulator)."""
     if not on_gpu():
         return NOT_TIMED
     drv = _context()
-    device = device if device is not None else drv.Context.get_device()
-    major, minor = device.compute_capability()
-    a = drv.device_attribute
-    return fp32_peak_from(device.get_attribute(a.MULTIPROCESSOR_COUNT), major, minor,
-                          device.get_attribute(a.CLOCK_RATE))
+    return device_peaks(device if device is not None else drv.Context.get_device())[0]
 
 
 def gflops(M: int, N: int, K: int, seconds) -> float | NotTimed:
@@ -141,34 +161,19 @@ class L2Flush:
         drv.memset_d32(self.buffer, self.count, self.words)
 
 
-_flush: L2Flush | None = None
-
-
+@lru_cache(maxsize=None)
 def l2_flush() -> L2Flush:
-    global _flush
-    if _flush is None:
-        _flush = L2Flush()
-    return _flush
-
-
-@dataclass(frozen=True)
-class Skipped:
-    reason: str
-    ok = False
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __str__(self) -> str:
-        return self.reason
+    """The process's one flush buffer (allocated on first use)."""
+    return L2Flush()
 
 
 def time_kernel(launch_fn, repeat: int = MIN_REPEAT, warmup: int = 3, flush: bool = True,
                 budget_s: float | None = None):
-    """Median of `repeat` runs of `launch_fn()` (which enqueues work on the
-    default stream) timed with CUDA events, each after an L2 flush. Returns a
-    Timing, NOT_TIMED on the emulator, or Skipped when `repeat` runs would
-    take longer than `budget_s`."""
+    """The one timing routine: `repeat` (>= 20) runs of `launch_fn()` (which
+    enqueues work on the default stream) timed with CUDA events, each after an
+    L2 flush, after `warmup` untimed runs. Returns a Timing (its median_s is
+    the published figure), NOT_TIMED on the emulator, or a NotTimed saying
+    "skipped: ..." when `repeat` runs would take longer than `budget_s`."""
     if not on_gpu():
         return NOT_TIMED
     if repeat < MIN_REPEAT:
@@ -184,7 +189,7 @@ def time_kernel(launch_fn, repeat: int = MIN_REPEAT, warmup: int = 3, flush: boo
         end.synchronize()
         one = end.time_since(start) / 1e3
         if budget_s is not None and one * repeat > budget_s:
-            return Skipped(f"skipped: one run takes {one:.2f} s; {repeat} runs exceed the {budget_s:.0f} s budget")
+            return NotTimed(f"skipped: one run takes {one:.2f} s; {repeat} runs exceed the {budget_s:.0f} s budget")
     events = [(drv.Event(), drv.Event()) for _ in range(repeat)]
     for s, e in events:
         flusher()
@@ -267,9 +272,7 @@ def make_workload(M: int, N: int, K: int, seed: int = 0, repeat: int = MIN_REPEA
     C_ref = cp.empty((M, N), dtype=cp.float32)
     timing = cublas_sgemm_time(M, N, K, A, B, C_ref, repeat=repeat, budget_s=budget_s)
     cp.matmul(A, B, out=C_ref)
-    # Both products are float32 sums of K terms: each is within K*eps*sum|a b| of exact.
-    tol = cp.matmul(cp.abs(A), cp.abs(B)) * np.float32(2 * max(K, 1) * np.finfo(np.float32).eps)
-    tol += np.float32(1e-30)
+    tol = tolerance(cp.matmul(cp.abs(A), cp.abs(B)), K)    # both products are float32 sums of K terms
     if not bool(cp.isfinite(C_ref).all()):
         raise RuntimeError(f"cuBLAS's product for {M}x{N}x{K} is not finite")
     C = cp.empty((M, N), dtype=cp.float32)
@@ -286,16 +289,6 @@ def verify(w: Workload) -> tuple[bool, str]:
     r, c = divmod(int(cp.flatnonzero(bad)[0]), w.N)
     return False, (f"{wrong} wrong element(s); first at row {r}, column {c}: "
                    f"cuBLAS {float(w.C_ref[r, c]):.6g}, kernel {float(w.C[r, c]):.6g}")
-
-
-def sgemm_launcher(function, launch, w: Workload):
-    """A zero-argument launch of a stage kernel on w's A, B, C (prepared call)."""
-    from .sgemm import allow_shared
-    allow_shared(function, launch.shared)
-    function.prepare("iii" + 3 * np.dtype(np.uintp).char)   # as PyCUDA packs pointers
-    args = (int(w.M), int(w.N), int(w.K), int(w.A.data.ptr), int(w.B.data.ptr), int(w.C.data.ptr))
-    grid, block, shared = tuple(launch.grid), tuple(launch.block), int(launch.shared)
-    return lambda: function.prepared_call(grid, block, *args, shared_size=shared)
 
 
 @dataclass
@@ -320,7 +313,7 @@ def measure_sgemm(function, launch, w, repeat: int = MIN_REPEAT, budget_s: float
         return Measurement("not timed", NO_GPU)
     cp = _cupy()
     peak = peak_flops or fp32_peak()
-    run = sgemm_launcher(function, launch, w)
+    run = launcher(function, launch, w.M, w.N, w.K, w.A.data.ptr, w.B.data.ptr, w.C.data.ptr)
     w.C.fill(cp.nan)
     run()
     cp.cuda.Device().synchronize()
@@ -358,7 +351,3 @@ def memory_bandwidth(nbytes: int = 1 << 30, repeat: int = MIN_REPEAT):
 def arithmetic_intensity(M: int, N: int, K: int) -> float:
     """FLOPs per byte with the minimum traffic: A and B read once, C written once."""
     return 2.0 * M * N * K / (4.0 * (M * K + K * N + M * N))
-
-
-def finite(x) -> bool:
-    return isinstance(x, float) and math.isfinite(x)

@@ -1,12 +1,17 @@
-"""What the grader hands back: one CheckResult per check, gathered in a Report.
+"""What the grader hands back: one CheckResult per check, gathered in a
+CheckReport (what grader.check returns; not the emulator's analysis report).
 
 A CheckResult is plain data (it crosses process boundaries as JSON, see
-grader.isolation); a Report renders as HTML in Jupyter and as text elsewhere,
-and turns a check's result into nbgrader points.
+grader.isolation); a CheckReport renders as HTML in Jupyter and as text
+elsewhere, and turns a check's result into nbgrader points.
+
+Layer: with the checks (imports nothing of the grader).
 """
 from __future__ import annotations
 
+import base64
 import html as _html
+import io
 from dataclasses import asdict, dataclass, field
 
 PASSED, FAILED, NOT_GRADED = "passed", "failed", "not graded"
@@ -65,11 +70,11 @@ class CheckResult:
 _COLORS = {PASSED: "#1a7f37", FAILED: "#cf222e", NOT_GRADED: "#6e7781"}
 
 
-class Report:
-    """The results of grader.check(...) for one kernel source."""
+class CheckReport:
+    """The results of grader.check(exercise, submission) for one submission."""
 
-    def __init__(self, stage_id: str, results: list[CheckResult], backend: str = ""):
-        self.stage_id = stage_id
+    def __init__(self, exercise: str, results: list[CheckResult], backend: str = ""):
+        self.exercise = exercise
         self.results = list(results)
         self.backend = backend
         seeds = {r.details.get("seed") for r in self.results} - {None}
@@ -110,16 +115,17 @@ class Report:
         return self.points(name, out_of)
 
     def to_dict(self) -> dict:
-        return {"stage": self.stage_id, "backend": self.backend, "seed": self.seed,
+        return {"exercise": self.exercise, "backend": self.backend, "seed": self.seed,
                 "results": [r.to_dict() for r in self.results]}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Report":
-        return cls(d["stage"], [CheckResult.from_dict(r) for r in d["results"]], d.get("backend", ""), d.get("seed"))
+    def from_dict(cls, d: dict) -> "CheckReport":
+        """The report that to_dict (or `python -m grader check --json`) wrote."""
+        return cls(d["exercise"], [CheckResult.from_dict(r) for r in d["results"]], d.get("backend", ""))
 
     # -- rendering
     def text(self) -> str:
-        head = f"grader.check('{self.stage_id}') on the {self.backend or 'current backend'}"
+        head = f"grader.check('{self.exercise}') on the {self.backend or 'current backend'}"
         if self.seed is not None:
             head += f", random seed {self.seed}"
         return "\n".join([head] + [r.text() for r in self.results])
@@ -146,7 +152,7 @@ class Report:
                 f'<tr><td style="text-align:left;font-weight:bold">{e(r.name)}</td>'
                 f'<td style="text-align:left;color:{color};font-weight:bold">{e(r.status)}</td>'
                 f'<td style="text-align:left">{msg}{extra}</td></tr>')
-        title = f"grader.check('{e(self.stage_id)}') on the {e(self.backend or 'current backend')}"
+        title = f"grader.check('{e(self.exercise)}') on the {e(self.backend or 'current backend')}"
         if self.seed is not None:
             title += f" &mdash; random seed {self.seed}"
         return (f'<div class="sgemm-grader"><p><b>{title}</b></p>'
@@ -157,10 +163,7 @@ class Report:
 
 def png_base64(fig) -> str:
     """A matplotlib Figure as base64 PNG (Agg canvas, no pyplot, nothing printed)."""
-    import base64
-    import io
-
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_agg import FigureCanvasAgg   # matplotlib: only when there is a figure
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")

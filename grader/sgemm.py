@@ -6,12 +6,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .backend import drivers
 from .stages import Launch, Stage
 
 
 def compile_kernel(stage: Stage, source: str | None = None, defines: dict | None = None):
     """The stage's kernel as a PyCUDA Function (reference source by default)."""
-    from pycuda.compiler import SourceModule
+    _, SourceModule = drivers()
     module = SourceModule(source if source is not None else stage.source(), options=stage.options(defines))
     return module.get_function(stage.kernel)
 
@@ -34,11 +35,21 @@ def run(stage: Stage, A: np.ndarray, B: np.ndarray, function=None, defines: dict
     return C
 
 
-def launch_kernel(function, launch: Launch, M: int, N: int, K: int, a, b, c) -> None:
-    """One launch of an SGEMM kernel on device buffers a, b, c (the stage signature)."""
+def launcher(function, launch: Launch, M: int, N: int, K: int, a, b, c):
+    """The one SGEMM launch (the stage signature): a zero-argument callable
+    that launches `function` on device pointers a, b, c (device allocations,
+    GPUArrays or plain integer addresses), prepared once so that a timed launch
+    costs little on the host. Opts in to the dynamic shared memory it needs."""
     allow_shared(function, launch.shared)
-    function(np.int32(M), np.int32(N), np.int32(K), a, b, c,
-             grid=tuple(launch.grid), block=tuple(launch.block), shared=int(launch.shared))
+    function.prepare("iii" + 3 * np.dtype(np.uintp).char)   # as PyCUDA packs pointers
+    args = (int(M), int(N), int(K), int(a), int(b), int(c))
+    grid, block, shared = tuple(launch.grid), tuple(launch.block), int(launch.shared)
+    return lambda: function.prepared_call(grid, block, *args, shared_size=shared)
+
+
+def launch_kernel(function, launch: Launch, M: int, N: int, K: int, a, b, c) -> None:
+    """One launch of an SGEMM kernel on device buffers a, b, c (see `launcher`)."""
+    launcher(function, launch, M, N, K, a, b, c)()
 
 
 def allow_shared(function, shared: int) -> None:
@@ -80,14 +91,28 @@ class Comparison:
                 f"first at row {r}, column {c}: expected {want:.6g}, got {got:.6g}")
 
 
-def compare(C: np.ndarray, A: np.ndarray, B: np.ndarray) -> Comparison:
-    """Every element against the float64 product, with a bound that grows with
-    K: float32 rounding of K products is at most about K * eps * sum |a b|."""
+def tolerance(abs_product, K: int):
+    """Per-element bound on the error of a float32 SGEMM result, from
+    |A| |B| (NumPy or CuPy, any float dtype): float32 rounding of K products
+    is at most about K * eps * sum |a b|; twice that, plus 1e-30 so that an
+    exact zero compares."""
+    kind = abs_product.dtype.type
+    tol = abs_product * kind(2 * max(K, 1) * np.finfo(np.float32).eps)
+    tol += kind(1e-30)
+    return tol
+
+
+def wrong_elements(C: np.ndarray, A: np.ndarray, B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mask of the elements of C outside the tolerance (NaN included), the float64 product)."""
     A64, B64 = A.astype(np.float64), B.astype(np.float64)
     ref = A64 @ B64
-    K = A.shape[1]
-    tol = 2 * max(K, 1) * np.finfo(np.float32).eps * (np.abs(A64) @ np.abs(B64)) + 1e-30
-    bad = ~(np.abs(C.astype(np.float64) - ref) <= tol)     # NaN compares False: bad
+    tol = tolerance(np.abs(A64) @ np.abs(B64), A.shape[1])
+    return ~(np.abs(C.astype(np.float64) - ref) <= tol), ref     # NaN compares False: bad
+
+
+def compare(C: np.ndarray, A: np.ndarray, B: np.ndarray) -> Comparison:
+    """Every element against the float64 product, with `tolerance`."""
+    bad, ref = wrong_elements(C, A, B)
     if not bad.any():
         return Comparison(True, 0, None)
     r, c = np.argwhere(bad)[0]

@@ -7,12 +7,15 @@ A stage's tile parameters are compile-time constants passed as -D options.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-SOLUTIONS_DIR = Path(__file__).resolve().parent.parent / "solutions"
+from .backend import drivers
+from .compiler import SOLUTIONS_DIR
+
 
 Dim3 = tuple[int, int, int]
 
@@ -104,14 +107,10 @@ def tuned_config(gpu_name: str | None = None, path: Path | None = None) -> dict:
     """The autotuned stage's -D values for a GPU model, from tuned_configs.json:
     the entry named like the GPU when there is one, else "default". Without a
     name, the current device's (the emulator's name is never listed)."""
-    import json
     configs = json.loads(Path(path or TUNED_CONFIGS_PATH).read_text())
     if gpu_name is None:
-        try:
-            import pycuda.driver as drv
-            gpu_name = drv.Device(0).name()
-        except Exception:
-            gpu_name = None
+        drv, _ = drivers()                 # chooses the backend when nothing has yet
+        gpu_name = drv.Device(0).name()    # a driver error here is a broken GPU: it surfaces
     entry = configs.get(gpu_name) if gpu_name else None
     if entry is None:
         entry = configs["default"]

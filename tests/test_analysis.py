@@ -85,6 +85,27 @@ def _sgemm_races(source: str, shape=(64, 64, 64)):
     return report
 
 
+@pytest.mark.parametrize("stride, size, lanes, wavefronts, ideal, max_ways", [
+    (4, 4, 32, 1, 1, 1),          # consecutive words
+    (8, 4, 32, 2, 1, 2),          # stride 2: 2-way
+    (0, 4, 32, 1, 1, 1),          # one word for every lane: broadcast
+    (128, 4, 32, 32, 1, 32),      # stride 32: 32-way
+    (8, 8, 32, 2, 2, 1),          # float2: half-warps
+    (16, 8, 32, 4, 2, 2),         # float2 at stride 2: 2-way in each half-warp
+    (16, 16, 32, 4, 4, 1),        # float4: quarter-warps
+    (32, 16, 32, 8, 4, 2),        # float4 at stride 2: 2-way in each quarter-warp
+    (128, 4, 1, 1, 1, 1),         # one active lane
+])
+def test_the_bank_rule_for_one_request(stride, size, lanes, wavefronts, ideal, max_ways):
+    """The runtime's rule as autotune calls it (grader.emulator.analysis.bank_wavefronts)."""
+    from grader.emulator.analysis import Wavefronts, bank_wavefronts
+    got = bank_wavefronts({lane: stride * lane for lane in range(lanes)}, size)
+    assert got == Wavefronts(wavefronts, ideal, max_ways)
+    assert bank_wavefronts({}, 4) == Wavefronts(0, 0, 0)
+    with pytest.raises(ValueError):
+        bank_wavefronts({0: 0}, 32)
+
+
 def test_race_missing_barrier_after_the_loads():
     source = _stage_variant("smem-tiling", "        __syncthreads();\n        for (int k = 0;", "        for (int k = 0;")
     report = _sgemm_races(source)

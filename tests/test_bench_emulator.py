@@ -77,6 +77,13 @@ def test_perf_pure_helpers():
         perf.check_plausible(70_000.0, 66.9e12, "kernel")
     perf.check_plausible(50_000.0, 66.9e12, "cuBLAS")
     assert perf.arithmetic_intensity(4096, 4096, 4096) == pytest.approx(4096 / 6)
+    assert perf.dram_bandwidth_from(3_201_000, 6144) == pytest.approx(4.917e12, rel=1e-3)   # H200: 4.8 TB/s spec
+
+
+def test_device_peaks_of_the_emulated_h200():
+    # From the emulated device's attributes, not timed: the roofline's ceilings without a GPU.
+    fp32, dram = perf.device_peaks()
+    assert fp32 == pytest.approx(66.9e12, rel=1e-3) and dram == pytest.approx(4.917e12, rel=1e-3)
 
 
 def test_recorded_command_is_relative_to_the_repository():

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import grader
-from grader import checks
-from grader.checks import thresholds
+from grader import exercises
+from grader.checks import correctness, thresholds
 from grader.isolation import run_check
-from grader.report import FAILED, NOT_GRADED, PASSED, CheckResult, Report
+from grader.report import FAILED, NOT_GRADED, PASSED, CheckReport, CheckResult
 from grader.stages import Stage, stage
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,8 +36,8 @@ TRANSPOSED = variant("sum += As[ty][k] * Bs[k][tx];", "sum += As[k][ty] * Bs[k][
                      variant("As[ty][tx] = (row < M", "As[tx][ty] = (row < M"))
 
 
-def run(name: str, source: str, stage_id: str = "smem-tiling", **kw) -> CheckResult:
-    return checks.get(name)(stage(stage_id), source, 1234, **kw)
+def run(name: str, source: str, stage_id: str = "smem-tiling") -> CheckResult:
+    return exercises.get(stage_id).check(name).run(source, 1234)
 
 
 # ---- correctness -------------------------------------------------------------------------
@@ -52,14 +52,14 @@ def test_correctness_names_shape_and_first_wrong_element_with_heatmap():
     assert r.status == FAILED and r.points == 0
     assert "M=17 N=33 K=9" in r.message and "first at row 0, column 0: expected" in r.message
     assert r.figure and len(r.figure) > 100          # base64 PNG
-    assert "<img" in Report("smem-tiling", [r])._repr_html_()
+    assert "<img" in CheckReport("smem-tiling", [r])._repr_html_()
 
 
 def test_correctness_guard_zones_catch_writes_past_c():
     r = run("correctness", NOBOUNDS)
     assert r.status == FAILED
     assert "wrote outside C" in r.message and "after its end" in r.message
-    M, N, K = checks.correctness.shapes(not ON_EMULATOR)[-1]     # a tile multiple: right
+    M, N, K = correctness.shapes(not ON_EMULATOR)[-1]     # a tile multiple: right
     assert f"M={M} N={N} K={K}: all {M * N} elements correct" in r.message
 
 
@@ -123,7 +123,7 @@ def test_bank_conflicts_fail_a_stage_that_must_be_conflict_free():
 def test_performance_not_graded_without_gpu():
     r = run("performance", TILED)
     assert r.status == NOT_GRADED and r.points == 0 and "not graded: no GPU" in r.message
-    assert Report("smem-tiling", [r]).points("performance", 2) == 0.0
+    assert CheckReport("smem-tiling", [r]).points("performance", 2) == 0.0
 
 
 def test_thresholds_table_and_overrides(tmp_path, monkeypatch):
@@ -144,15 +144,12 @@ def test_thresholds_table_and_overrides(tmp_path, monkeypatch):
 
 
 # ---- isolation -----------------------------------------------------------------------------
-
-
-
 def test_isolation_reports_a_hang_and_goes_on():
     hang = variant("        float sum = 0.0f;\n", "        float sum = 0.0f;\n        while (clock64() >= 0) { }\n", NAIVE)   # never false, not provably
-    r = run_check("correctness", "naive", hang, seed=1, timeout=6)
+    r = run_check("naive", "correctness", hang, seed=1, timeout=6)
     assert r.status == FAILED and r.points == 0
     assert "stopped after 6 s" in r.message or "time limit" in r.message
-    r2 = run_check("compiles", "naive", hang, seed=1)       # the next check runs normally
+    r2 = run_check("naive", "compiles", hang, seed=1)       # the next check runs normally
     assert r2.status == PASSED
 
 
@@ -163,7 +160,7 @@ def test_isolation_reports_a_crash(tmp_path, monkeypatch):
     fake.write_text("#!/bin/sh\necho about to crash\nkill -SEGV $$\n")
     fake.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(fake))
-    r = run_check("correctness", "naive", NAIVE, seed=1, timeout=60)
+    r = run_check("naive", "correctness", NAIVE, seed=1, timeout=60)
     assert r.status == FAILED and r.points == 0
     assert "SIGSEGV" in r.message and "about to crash" in r.output, r
 

@@ -187,3 +187,20 @@ def test_permuted_thread_order_gives_same_result_for_correct_kernel(cuda, source
     finally:
         emulator.set_thread_order_seed(0)
     assert np.array_equal(a, np.arange(128)[::-1])
+
+
+
+def test_the_abi_version_is_checked_on_load_and_matches_the_header(monkeypatch):
+    """grader/emulator/runtime/emu_abi.h's kAbiVersion is what runtime.py reads; a module built for
+    another version is refused with a message that says what to do."""
+    import re
+    from pathlib import Path
+
+    from grader.emulator import build, runtime
+    header = (Path(runtime.__file__).parent / "runtime" / "emu_abi.h").read_text()
+    assert int(re.search(r"kAbiVersion = (\d+);", header).group(1)) == runtime.ABI_VERSION
+    built = build.build_module("__global__ void k(float* x) { x[0] = 1.0f; }")
+    assert "k" in runtime.LoadedModule(built).kernels
+    monkeypatch.setattr(runtime, "ABI_VERSION", runtime.ABI_VERSION + 1)
+    with pytest.raises(runtime.AbiMismatch, match="delete the emulator's cache"):
+        runtime.LoadedModule(built)

@@ -1,9 +1,12 @@
-"""Every lab's solution region is the reference kernel in solutions/, and the
-committed notebooks are what labs/build_labs.py builds."""
+"""The lab notebooks labs/<assignment>/<notebook>.ipynb are the source: an
+instructor edits them in JupyterLab or nbgrader's Create Assignment. These
+tests keep them honest: every kernel cell is the reference kernel in
+solutions/ plus solution markers, every answer cell has its markers, every
+graded cell has points and a grade_id of its own, and nothing is stored that
+a save in JupyterLab would make noise of (outputs, execution counts)."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 from pathlib import Path
 
 import nbformat
@@ -13,25 +16,60 @@ REPO = Path(__file__).resolve().parent.parent
 LABS = REPO / "labs"
 NOTEBOOKS = sorted(LABS.glob("*/*.ipynb"))
 
+# The solution markers of a kernel cell (CUDA comments inside the kernel string; nbgrader's
+# ClearCudaSolutions, grader/nbgrader_ext.py, turns the region into `// YOUR CODE HERE`).
+BEGIN, END = "// BEGIN SOLUTION", "// END SOLUTION"
+CLEAR_OUTPUTS = "clear it in JupyterLab (Edit > Clear Outputs of All Cells) and save"
 
-def _builder():
-    spec = importlib.util.spec_from_file_location("build_labs", LABS / "build_labs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+
+def strip_solution_markers(text: str) -> str:
+    """The kernel string without its `// BEGIN SOLUTION` / `// END SOLUTION` lines."""
+    return "".join(ln for ln in text.splitlines(keepends=True) if ln.strip() not in (BEGIN, END))
+
+
+def read(path: Path):
+    return nbformat.read(str(path), as_version=4)
+
+
+def nbgrader(cell) -> dict:
+    return cell.metadata.get("nbgrader", {})
 
 
 def kernel_strings(nb) -> list[tuple[str, str]]:
     """(variable, string) for every string literal holding a __global__ kernel in an answer cell."""
     found = []
     for cell in nb.cells:
-        if cell.cell_type != "code" or not cell.metadata.get("nbgrader", {}).get("solution"):
+        if cell.cell_type != "code" or not nbgrader(cell).get("solution"):
             continue
         for stmt in ast.parse(cell.source).body:
             if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) \
                     and isinstance(stmt.value.value, str) and "__global__" in stmt.value.value:
                 found.append((stmt.targets[0].id, stmt.value.value))
     return found
+
+
+def reference_of(solution: str) -> str:
+    """Which solutions/<name>.cu a kernel string is (by its kernel's name)."""
+    from grader.stages import STAGES
+    names = [s.id for s in STAGES if f"void {s.kernel}(" in solution]
+    if not names:            # labs 3 and 4: the kernels of grader.top2 and grader.shortest_paths
+        from grader import shortest_paths, top2
+        names = [Path(k.file).stem for k in (top2.TOP2, top2.FUSED, shortest_paths.SSSP)
+                 if f"void {k.names[0]}(" in solution]
+    assert len(names) == 1, f"which stage? {names}"
+    return names[0]
+
+
+def marker_problems(source: str) -> list[str]:
+    """What is wrong with a solution cell's BEGIN/END SOLUTION markers (none: [])."""
+    begins = [i for i, ln in enumerate(source.splitlines()) if "BEGIN SOLUTION" in ln]
+    ends = [i for i, ln in enumerate(source.splitlines()) if "END SOLUTION" in ln]
+    if not begins or not ends:
+        return ["lacks a BEGIN SOLUTION or an END SOLUTION marker: nbgrader would replace the whole cell"]
+    if len(begins) != len(ends) or any(not b < e for b, e in zip(begins, ends)) \
+            or any(not e < b for e, b in zip(ends, begins[1:])):
+        return [f"BEGIN/END SOLUTION markers out of pairs (BEGIN on lines {begins}, END on lines {ends})"]
+    return []
 
 
 def test_there_are_labs():
@@ -41,29 +79,63 @@ def test_there_are_labs():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.parent.name)
 def test_solution_regions_are_the_reference_kernels(path):
-    from grader.stages import STAGES
-    build = _builder()
-    nb = nbformat.read(str(path), as_version=4)
-    kernels = kernel_strings(nb)
+    kernels = kernel_strings(read(path))
     assert kernels, f"{path}: no kernel cell"
     for var, text in kernels:
-        assert build.BEGIN in text and build.END in text, f"{var}: no solution region"
-        solution = build.strip_solution_markers(text)
-        names = [s.id for s in STAGES if f"void {s.kernel}(" in solution]
-        if not names:            # labs 3 and 4: grader.graph's kernels (top2, sgemm-top2, sssp)
-            from grader.graph import KINDS
-            names = [k for k, (_, kernels) in KINDS.items() if f"void {kernels[0]}(" in solution]
-        assert len(names) == 1, f"{var}: which stage? {names}"
-        reference = (REPO / "solutions" / f"{names[0]}.cu").read_text()
-        assert solution == reference, (f"{path.name}: {var} differs from solutions/{names[0]}.cu; run "
-                                       "python3 labs/build_labs.py")
+        assert BEGIN in text and END in text, f"{path.name}: {var} has no `{BEGIN}` ... `{END}` region"
+        solution = strip_solution_markers(text)
+        name = reference_of(solution)
+        reference = (REPO / "solutions" / f"{name}.cu").read_text()
+        assert solution == reference, (f"{path.name}: {var} (without its solution marker lines) differs from "
+                                       f"solutions/{name}.cu: change both together")
 
 
-def test_notebooks_are_built_from_build_labs():
-    build = _builder()
-    for path, text in build.build().items():
-        assert path.exists(), f"{path} missing: run python3 labs/build_labs.py"
-        assert path.read_text() == text, f"{path} is out of date: run python3 labs/build_labs.py"
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.parent.name)
+def test_notebook_is_stored_clean(path):
+    """nbformat v4, valid, no outputs or execution counts, a unique id on every cell, and written the way
+    nbformat (and so JupyterLab) writes it: a save in JupyterLab gives a small diff."""
+    nb = read(path)
+    nbformat.validate(nb)
+    assert nb.nbformat == 4, f"{path.name}: nbformat {nb.nbformat}, not 4"
+    for i, cell in enumerate(nb.cells):
+        where = f"{path.name}: cell {i} ({cell.get('id')})"
+        assert cell.get("id"), f"{where} has no id"
+        if cell.cell_type == "code":
+            assert not cell.outputs, f"{where} stores outputs: {CLEAR_OUTPUTS}"
+            assert cell.execution_count is None, f"{where} stores an execution count: {CLEAR_OUTPUTS}"
+    ids = [c.id for c in nb.cells]
+    assert len(ids) == len(set(ids)), f"{path.name}: cell ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}"
+    assert path.read_text() == nbformat.writes(nb) + "\n", (
+        f"{path.name} is not stored as nbformat writes it: open and save it in JupyterLab, or run "
+        f"python3 -c \"import nbformat as n; n.write(n.read('{path.relative_to(REPO)}', 4), "
+        f"'{path.relative_to(REPO)}')\"")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.parent.name)
+def test_nbgrader_cells(path):
+    """Every solution code cell has BEGIN/END SOLUTION markers, every grade cell has points, and no two
+    cells share a grade_id."""
+    nb = read(path)
+    problems, seen = [], {}
+    for i, cell in enumerate(nb.cells):
+        meta = nbgrader(cell)
+        if not meta:
+            continue
+        gid = meta.get("grade_id")
+        where = f"cell {i} ({gid})"
+        if not gid:
+            problems.append(f"{where}: nbgrader cell without a grade_id")
+        elif gid in seen:
+            problems.append(f"{where}: grade_id {gid!r} is also cell {seen[gid]}'s")
+        else:
+            seen[gid] = i
+        if meta.get("solution") and cell.cell_type == "code":
+            problems += [f"{where}: {p}" for p in marker_problems(cell.source)]
+        if meta.get("grade"):
+            points = meta.get("points")
+            if not isinstance(points, (int, float)) or isinstance(points, bool) or points <= 0:
+                problems.append(f"{where}: a grade cell with points {points!r} (needs a number > 0)")
+    assert not problems, f"{path.name}:\n" + "\n".join(problems)
 
 
 def test_nbgrader_config_loads():

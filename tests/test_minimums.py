@@ -7,13 +7,14 @@ import numpy as np
 import pytest
 
 import grader
-from grader import graph
+from grader import top2
+from grader.backend import drivers
 from grader.checks import minimums as checks
 
 ON_EMULATOR = grader.BACKEND.name == "emulator"
 
-TOP2 = graph.solution("top2")
-FUSED = graph.solution("sgemm-top2")
+TOP2 = top2.TOP2.solution()
+FUSED = top2.FUSED.solution()
 BARRIER = "    __syncthreads();\n    if (warp == 0) {"
 NO_BARRIER = TOP2.replace(BARRIER, "    if (warp == 0) {")
 SAME_CELL_TWICE = TOP2.replace("atomicMin(&out[1], old > k1 ? old : k1);", "atomicMin(&out[1], k1);")
@@ -25,8 +26,8 @@ def test_variants_differ():
 
 def test_reference_top2_numpy():
     x = np.array([[3, 1, 1], [0.5, 2, 0.5]], np.float32)
-    assert graph.reference_top2(x, 3) == ((0.5, 1, 0), (0.5, 1, 2))
-    assert graph.unpack((int(np.float32(0.5).view(np.uint32)) << 32) | 5, 3) == (0.5, 1, 2)
+    assert top2.reference_top2(x, 3) == ((0.5, 1, 0), (0.5, 1, 2))
+    assert top2.unpack((int(np.float32(0.5).view(np.uint32)) << 32) | 5, 3) == (0.5, 1, 2)
 
 
 @pytest.mark.parametrize("run", [checks.run_top2, checks.run_top2_races], ids=["exact", "races"])
@@ -55,13 +56,13 @@ def test_same_cell_twice_fails():
 
 
 def test_host_function_passes_and_host_loop_fails():
-    r = checks.run_host(graph.minimums, 5)
+    r = checks.run_host(top2.minimums, 5)
     assert r.passed, r.text()
 
     def host_loop(A, B):             # reads all of C back and searches it on the host
-        c, M, N = graph.sgemm_on_device(A, B)
+        c, M, N = top2.sgemm_on_device(A, B)
         C = np.empty(M * N, np.float32)
-        graph.driver().memcpy_dtoh(C, c)
+        drivers()[0].memcpy_dtoh(C, c)
         order = sorted(range(M * N), key=lambda i: (C[i], i))[:2]
         return tuple((float(C[i]), i // N, i % N) for i in order)
     r = checks.run_host(host_loop, 5)
@@ -74,9 +75,9 @@ def test_compile_error_is_a_failed_check():
     assert not r.passed and "does not compile" in r.message
 
 
-def test_check_graph_isolated_report():
-    report = grader.check_graph("top2", TOP2, checks=["top2-exact"], seed=11)
+def test_check_isolated_report():
+    report = grader.check("top2", TOP2, checks=["top2-exact"], seed=11)
     assert report.passed("top2-exact"), report.text()
     assert report.points("top2-exact", 3) == 3.0
-    bad = grader.check_graph("top2", SAME_CELL_TWICE, checks=["top2-exact"], seed=11)
+    bad = grader.check("top2", SAME_CELL_TWICE, checks=["top2-exact"], seed=11)
     assert bad.points("top2-exact", 3) == 0.0

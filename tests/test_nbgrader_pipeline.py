@@ -1,8 +1,9 @@
-"""The whole nbgrader pipeline on the two labs, in a temporary course directory,
+"""The whole nbgrader pipeline on the labs, in a temporary course directory,
 in-process (NbGraderAPI): generate_assignment, autograde of the reference
-solution, the blank release copy and broken submissions, generate_feedback,
-and `grader regrade`. On a machine without a GPU the performance tests are
-"not graded: no GPU" and score 0: the reference gets every other point.
+solution (every lab), the blank release copy and broken submissions (labs 1
+and 2), generate_feedback, and `grader regrade`, which recomputes every graded
+cell of every lab. On a machine without a GPU the performance tests are "not
+graded: no GPU" and score 0: the reference gets every other point.
 """
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 LAB1, NB1 = "01-naive-coalesced", "naive-coalesced"
 LAB2, NB2 = "02-smem-tiling", "smem-tiling"
+LAB3, NB3 = "03-minimums", "minimums"
+LAB4, NB4 = "04-shortest-paths", "shortest-paths"
+NOTEBOOK = {LAB1: NB1, LAB2: NB2, LAB3: NB3, LAB4: NB4}
 
 pytest.importorskip("nbgrader")
 
@@ -41,6 +45,14 @@ EXPECTED = {
     (LAB2, "stderr"): TOTAL[LAB2] - PERF[LAB2],               # stderr in an answer cell costs nothing
     (LAB2, "tamper"): TOTAL[LAB2] - PERF[LAB2],               # nbgrader is fooled; regrade is not
 }
+
+
+def _total(assignment: str) -> float:
+    nb = nbformat.read(str(REPO / "labs" / assignment / f"{NOTEBOOK[assignment]}.ipynb"), as_version=4)
+    return sum(c.metadata["nbgrader"]["points"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade"))
+
+
+EXPECTED.update({(LAB3, "ref"): _total(LAB3), (LAB4, "ref"): _total(LAB4)})      # no performance cells
 # Performance points a GPU adds: every correct kernel's. A kernel must pass the
 # correctness check before its speed counts, so the broken ones add nothing.
 GPU_PERF = {(LAB1, "ref"): PERF[LAB1], (LAB1, "nobounds"): 1.0,   # its coalesced kernel is the reference
@@ -113,13 +125,15 @@ def _tamper(cells):
     for gid, wrong in (("q-reduction", "LOAD_REDUCTION = 3"), ("q-smem", "SMEM_BYTES = 1"),
                        ("q-tiled-intensity", "AI_TILED = 1000.0")):
         cells[gid].source = wrong + "\n"
-    cells["q-reduction"].source += "import numpy\nnumpy.allclose = lambda *a, **k: True\n"
+    cells["q-reduction"].source += "import grader\ngrader.grade_answer = lambda *a, points=1, **k: float(points)\n"
 
 
 SUBMISSIONS = {
     LAB1: {"ref": None, "blank": False, "nobounds": _nobounds_naive},
     LAB2: {"ref": None, "blank": False, "nobounds": _nobounds_tiled, "nosync": _nosync, "swapped": _swapped,
            "stderr": _stderr, "tamper": _tamper},
+    LAB3: {"ref": None},
+    LAB4: {"ref": None},
 }
 
 
@@ -137,11 +151,11 @@ def course(tmp_path_factory):
     from nbgrader.apps import NbGraderAPI
     api = NbGraderAPI(config=_load_config(course))
     logs = {}
-    for assignment in (LAB1, LAB2):
+    for assignment in SUBMISSIONS:
         r = api.generate_assignment(assignment, force=True)
         assert r["success"], r.get("error") or r.get("log")
         assert "Exception while loading config file" not in (r.get("log") or "")
-        name = NB1 if assignment == LAB1 else NB2
+        name = NOTEBOOK[assignment]
         for student, edit in SUBMISSIONS[assignment].items():
             _submit(course, assignment, name, student, edit)
         for student in SUBMISSIONS[assignment]:
@@ -165,7 +179,7 @@ def _scores(course: Path, assignment: str) -> dict[str, float]:
 def _cell_scores(course: Path, assignment: str, student: str) -> dict[str, float]:
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
-        nb = gb.find_submission_notebook(NB1 if assignment == LAB1 else NB2, assignment, student)
+        nb = gb.find_submission_notebook(NOTEBOOK[assignment], assignment, student)
         return {g.name: g.score for g in nb.grades}
 
 
@@ -236,7 +250,7 @@ def test_regrade_flags_tampering(course):
     assert differing == {("tamper", "q-reduction-test"), ("tamper", "q-smem-test"),
                          ("tamper", "q-tiled-intensity-test")}, text
     tamper = [r for r in rows if r.student == "tamper"]
-    assert any("numpy.allclose" in r.note for r in tamper), text
+    assert any("grader.grade_answer" in r.note for r in tamper), text
     regraded = {s: sum(r.regraded or 0 for r in rows if r.student == s) for s in SUBMISSIONS[LAB2]}
     for s in SUBMISSIONS[LAB2]:
         want = EXPECTED[(LAB2, s)] - (3 if s == "tamper" else 0)
@@ -254,3 +268,36 @@ def test_regrade_cli(course):
     assert p.returncode == 1, p.stdout + p.stderr
     assert "DIFFERS tamper" in p.stdout and "3 score(s) differ" in p.stdout
     assert p.stderr == ""
+
+
+# One graded result per lab, changed in the gradebook: a kernel check, a kernel
+# check, the host function, a kernel of lab 4; regrade recomputes every cell.
+TAMPERED = {LAB1: "naive-races", LAB2: "smem-tiling-correctness", LAB3: "host-function-test",
+            LAB4: "sssp-sssp-path"}
+
+
+def test_regrade_recomputes_every_cell_of_every_lab(course, tmp_path):
+    from nbgrader.api import Gradebook
+
+    from grader.regrade import format_rows, regrade
+    course_dir, _, _ = course
+    copy = tmp_path / "course"
+    shutil.copytree(course_dir, copy, ignore=shutil.ignore_patterns("autograded", "feedback", "release"))
+    with Gradebook(f"sqlite:///{copy / 'gradebook.db'}", course_id="sgemm-lab") as gb:
+        for assignment, cell in TAMPERED.items():
+            grade = gb.find_grade(cell, NOTEBOOK[assignment], assignment, "ref")
+            assert grade.score > 0, (assignment, cell, grade.score)
+            grade.auto_score = grade.score / 2
+            gb.db.commit()
+    for assignment, cell in TAMPERED.items():
+        rows = regrade(copy, assignment, ["ref"])
+        text = format_rows(rows)
+        assert rows and all(r.regraded is not None for r in rows), text      # every graded cell recomputed
+        assert {r.cell for r in rows if r.differs} == {TAMPERED[assignment]}, text
+        assert "not recomputed" not in text, text
+    # A notebook that cannot be read is one row saying so; the other students are still regraded.
+    (copy / "submitted" / "blank" / LAB2 / f"{NB2}.ipynb").write_text("{ not json")
+    rows = regrade(copy, LAB2, ["blank", "ref"])
+    broken = [r for r in rows if r.student == "blank"]
+    assert len(broken) == 1 and broken[0].regraded is None and "not recomputed" in broken[0].note, broken
+    assert [r.cell for r in rows if r.student == "ref" and r.differs] == [TAMPERED[LAB2]]

@@ -103,3 +103,5 @@ def test_device_limits_on_the_emulator_are_the_h200():
         pytest.skip("the emulator reports H200 limits; a real GPU reports its own")
     from grader.occupancy import device_limits
     assert device_limits() == H200
+    from grader.occupancy import multiprocessor_count
+    assert multiprocessor_count() == 132

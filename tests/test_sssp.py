@@ -5,15 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 import grader
-from grader import graph
+from grader import shortest_paths, top2
 from grader.checks import sssp as checks
+from grader.transfers import count_dtoh
 
-SSSP = graph.solution("sssp")
+SSSP = shortest_paths.SSSP.solution()
 
 
 def test_dijkstra_convention():
     C = np.array([[1, 2], [3, 4]], np.float32)
-    d = checks.dijkstra(C, 0)
+    d = shortest_paths.dijkstra(C, 0)
     assert d.tolist() == [[0, 2], [3, 6]]          # entering v costs C[v]; the source's own cost is not counted
 
 
@@ -41,14 +42,14 @@ def test_broken_path_fails():
 
 def test_shortest_paths_transfers():
     rng = np.random.default_rng(1)
-    A, B = graph.inputs(40, 50, 8, rng)
-    with graph.count_dtoh() as t:
-        out = graph.shortest_paths(A, B)
+    A, B = top2.inputs(40, 50, 8, rng)
+    with count_dtoh() as t:
+        out = shortest_paths.shortest_paths(A, B)
     M, N = 40, 50
     limit = 2 * 4 * M * N + 16 + 4 * (len(out["path"]) + 1) + 4 * (sum(out["rounds"]) + 2)
     assert t.bytes <= limit
 
 
-def test_check_graph_isolated_report():
-    report = grader.check_graph("sssp", SSSP, checks=["sssp-path"], seed=3)
+def test_check_isolated_report():
+    report = grader.check("sssp", SSSP, checks=["sssp-path"], seed=3)
     assert report.passed("sssp-path"), report.text()

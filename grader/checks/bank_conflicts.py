@@ -3,12 +3,16 @@ stages marked bank_conflict_free (any conflict fails, with the source line,
 the n-way and the bank picture); reported for information elsewhere."""
 from __future__ import annotations
 
+import html as _html
+
 import numpy as np
 
 from .. import sgemm
+from ..backend import drivers
+from ..compiler import CompileFailed
 from ..report import FAILED, NOT_GRADED, PASSED, CheckResult
-from . import analysis
-from .common import CompileFailed, compile_function, drivers, launch_failure
+from . import emulator_tools as analysis
+from .common import compile_function, does_not_compile, launch_errors, launch_failure
 
 NAME = "bank-conflicts"
 
@@ -20,11 +24,11 @@ def shape(stage) -> tuple[int, int, int]:
 
 def run(stage, source: str, seed: int | None = None) -> CheckResult:
     graded = bool(stage.bank_conflict_free)
-    driver, _ = drivers(emulator=True)
+    driver, _ = drivers(on_emulator=True)
     try:
-        function, log = compile_function(stage, source, emulator=True)
+        function, log = compile_function(stage, source, on_emulator=True)
     except CompileFailed as e:
-        return CheckResult.make(NAME, False, f"the kernel does not compile:\n{e}")
+        return does_not_compile(NAME, e)
     M, N, K = shape(stage)
     A, B = sgemm.random_inputs(M, N, K, np.random.default_rng(0))
     launch = stage.launch(M, N, K)
@@ -34,7 +38,7 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
         try:
             sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
             failure = None
-        except Exception as e:
+        except launch_errors(driver) as e:
             failure = launch_failure(driver, e)
     if failure:
         return CheckResult(NAME, FAILED if graded else NOT_GRADED, f"M={M} N={N} K={K}: {failure}", 0.0)
@@ -49,8 +53,7 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
                      f"{r.wavefronts} wavefronts for {r.requests} requests where {r.ideal_wavefronts} would do")
     html = ""
     if records:
-        import html as _h
-        html = "".join(f"<pre>line {r.line}, {r.max_ways}-way:\n{_h.escape(r.picture)}</pre>" for r in records[:2])
+        html = "".join(f"<pre>line {r.line}, {r.max_ways}-way:\n{_html.escape(r.picture)}</pre>" for r in records[:2])
     text = "\n".join(lines)
     if records:
         text += f"\nworst request (line {records[0].line}), thread to bank:\n{records[0].picture}"

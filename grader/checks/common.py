@@ -1,70 +1,49 @@
-"""What the checks share: compiling a student's source with everything the
-compiler says captured, launching with guard zones around C, and the drivers
-(the active backend's, or always the emulator's for analysis)."""
+"""What the checks share: compiling a stage's kernel (through the one
+compile-and-capture, grader.compiler), launching with guard zones around C,
+readable launch failures, the "does not compile" result, random seeds.
+
+Every check is a function of (submission, seed), the exercise's own
+parameters (an SGEMM stage) bound by the registry, grader.exercises; it
+returns a grader.report.CheckResult and never raises for anything the
+student's code does.
+"""
 from __future__ import annotations
 
 import contextlib
-import io
-import warnings
 
 import numpy as np
 
-from ..sgemm import allow_shared
+from ..compiler import CompileFailed, Kernels, compile_kernels
+from ..report import CheckResult
+from ..sgemm import launch_kernel
 from ..stages import Launch, Stage
 
 # The bit pattern written around C: a signalling NaN no float arithmetic produces.
 GUARD_BITS = np.uint32(0x7FBADBAD)
+DOES_NOT_COMPILE = "the kernel does not compile:"
 
 
-class CompileFailed(Exception):
-    """The source does not compile (message: the compiler's, with line numbers)."""
+def compile_function(stage: Stage, source: str, on_emulator: bool = False):
+    """(the stage's kernel as a Function, compiler log). Raises CompileFailed."""
+    functions, log = compile_kernels(source, [stage.kernel], stage.options(), on_emulator)
+    return functions[stage.kernel], log
 
 
-def drivers(emulator: bool = False):
-    """(driver, SourceModule) of the active backend, or of the emulator even on a GPU machine."""
-    if emulator:
-        from ..emulator.pycuda import compiler, driver
-        return driver, compiler.SourceModule
-    import pycuda.driver as driver
-    if not getattr(driver, "EMULATED", False):
-        import pycuda.autoprimaryctx  # noqa: F401  (a context shared with CuPy)
-    from pycuda.compiler import SourceModule
-    return driver, SourceModule
+def does_not_compile(name: str, error: CompileFailed, seed: int | None = None) -> CheckResult:
+    """The failed result of a check whose source does not compile (said once, with the compiler's log)."""
+    return CheckResult.make(name, False, f"{DOES_NOT_COMPILE}\n{error}",
+                            details={} if seed is None else {"seed": seed})
 
 
-@contextlib.contextmanager
-def captured():
-    """Collect Python-level stdout, stderr and warnings into a list of strings."""
-    out = io.StringIO()
-    log: list[str] = []
-    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(out), \
-            contextlib.redirect_stderr(out):
-        warnings.simplefilter("always")
-        try:
-            yield log
-        finally:
-            for w in caught:
-                log.append(f"{w.category.__name__}: {w.message}")
-            if out.getvalue().strip():
-                log.append(out.getvalue())
-
-
-def compile_function(stage: Stage, source: str, emulator: bool = False):
-    """(Function, compiler log). Raises CompileFailed with the compiler's message."""
-    driver, SourceModule = drivers(emulator)
-    with captured() as log:
-        try:
-            module = SourceModule(source, options=stage.options())
-        except driver.CompileError as e:
-            raise CompileFailed(str(e)) from None
-        try:
-            function = module.get_function(stage.kernel)
-        except driver.LogicError as e:
-            raise CompileFailed(f"the source compiles but has no kernel named '{stage.kernel}' "
-                                f"(extern \"C\" is not needed; check the name): {e}") from None
-    extra = getattr(module, "compile_log", "")
-    text = "\n".join([extra] + log if extra else log).strip()
-    return function, text
+def start_kernels(name: str, kernels: Kernels, source: str, seed: int | None, on_emulator: bool = False):
+    """How a check of labs 3 and 4 starts: (seed, {kernel: Function}, compiler
+    log), or the failed CheckResult when the source does not compile."""
+    seed = new_seed() if seed is None else int(seed)
+    try:
+        functions, log = kernels.compile(source, on_emulator=on_emulator)
+    except CompileFailed as e:
+        return does_not_compile(name, e, seed)
+    return seed, functions, log
 
 
 def run_guarded(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray, guard: int | None = None):
@@ -82,10 +61,7 @@ def run_guarded(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray, 
     a = driver.to_device(np.ascontiguousarray(A, dtype=np.float32))
     b = driver.to_device(np.ascontiguousarray(B, dtype=np.float32))
     c = driver.to_device(host)
-    allow_shared(function, launch.shared)
-    function.prepare("iii" + 3 * np.dtype(np.uintp).char)
-    function.prepared_call(tuple(launch.grid), tuple(launch.block), int(M), int(N), int(K),
-                           int(a), int(b), int(c) + 4 * guard, shared_size=int(launch.shared))
+    launch_kernel(function, launch, M, N, K, a, b, int(c) + 4 * guard)
     driver.Context.synchronize()       # a real GPU reports a faulting launch here
     driver.memcpy_dtoh(host, c)
     bits = host.view(np.uint32)
@@ -93,7 +69,7 @@ def run_guarded(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray, 
     after = np.flatnonzero(bits[guard + M * N:] != GUARD_BITS)
     C = host[guard:guard + M * N].reshape(M, N).copy()
     for alloc in (a, b, c):
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(driver.Error):     # after a fault, the context is gone
             alloc.free()
     return C, before - guard, after
 
@@ -110,17 +86,11 @@ def launch_failure(driver, e: Exception) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def compile_graph_kernels(name: str, kind: str, source: str, seed: int | None, emulator: bool = False):
-    """How a check of the minimums and shortest-path labs starts: (seed, {kernel:
-    Function}, compiler log), or the failed CheckResult when the source does not compile."""
-    from .. import graph
-    from ..report import CheckResult
-    seed = new_seed() if seed is None else int(seed)
-    try:
-        functions, log = graph.compile_kernels(kind, source, emulator=emulator)
-    except CompileFailed as e:
-        return CheckResult.make(name, False, f"the kernel source does not compile:\n{e}", details={"seed": seed})
-    return seed, functions, log
+def launch_errors(driver) -> tuple[type[BaseException], ...]:
+    """What launching student code can raise: the driver's errors (a fault, a
+    deadlock, a timeout), and TypeError or ValueError for arguments that do not
+    fit the kernel's parameters. Anything else is a grader error."""
+    return (driver.Error, TypeError, ValueError)
 
 
 def new_seed() -> int:

@@ -1,8 +1,9 @@
-"""The kernel compiles for the active backend; what the compiler said is kept."""
+"""The kernel compiles for the current backend; what the compiler said is kept."""
 from __future__ import annotations
 
+from ..compiler import CompileFailed
 from ..report import CheckResult
-from .common import CompileFailed, compile_function
+from .common import compile_function, does_not_compile
 
 NAME = "compiles"
 
@@ -11,7 +12,7 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
     try:
         _, log = compile_function(stage, source)
     except CompileFailed as e:
-        return CheckResult.make(NAME, False, f"the kernel does not compile:\n{e}")
+        return does_not_compile(NAME, e)
     msg = f"'{stage.kernel}' compiles with {' '.join(stage.options()) or 'no options'}"
     if log:
         msg += " (the compiler had something to say: see captured output)"

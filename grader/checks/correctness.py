@@ -7,7 +7,9 @@ import numpy as np
 
 from .. import sgemm
 from ..report import CheckResult, png_base64
-from .common import CompileFailed, compile_function, drivers, launch_failure, new_seed, run_guarded
+from ..backend import drivers
+from ..compiler import CompileFailed
+from .common import compile_function, launch_errors, launch_failure, new_seed, run_guarded
 
 NAME = "correctness"
 # Not multiples of 8, 16, 32, 64 or 128 in any dimension, one of them a single row.
@@ -61,7 +63,7 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
         shape = f"M={M} N={N} K={K}"
         try:
             C, before, after = run_guarded(driver, function, launch, A, B)
-        except Exception as e:      # a failed launch: the message says which
+        except launch_errors(driver) as e:     # a failed launch: the message says which
             why = launch_failure(driver, e)
             lines.append(f"{shape}: {why}")
             ok_all = False
@@ -84,11 +86,7 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
                             f"expected {want:.6g}, got {got:.6g}"
                             + (" (never written: C was poisoned with NaN)" if np.isnan(got) else ""))
             if cmp.wrong >= HEATMAP_FROM and figure is None:
-                ref = A.astype(np.float64) @ B.astype(np.float64)
-                tol = 2 * max(K, 1) * np.finfo(np.float32).eps * (np.abs(A.astype(np.float64))
-                                                                   @ np.abs(B.astype(np.float64))) + 1e-30
-                bad = ~(np.abs(C.astype(np.float64) - ref) <= tol)
-                figure = heatmap(bad, f"wrong elements, {shape}")
+                figure = heatmap(sgemm.wrong_elements(C, A, B)[0], f"wrong elements, {shape}")
         if problems:
             ok_all = False
             lines.append(f"{shape}: " + "; ".join(problems))

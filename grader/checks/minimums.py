@@ -8,18 +8,24 @@ top-2 (solutions/sgemm-top2.cu) and a host function minimums(A, B).
     run_fused(source, seed)       the fused kernel: C correct and its two minimums exact
     run_fused_races(source, seed) as run_top2_races for the fused kernel
     run_host(function, seed)      the two minimums right, at most HOST_BYTES bytes device -> host
+    run_host_source(source, seed) run_host on the function `minimums` that a submission's text
+                                  defines (see grader.host_functions)
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .. import graph, sgemm
+from .. import sgemm, top2
+from ..backend import drivers
+from ..host_functions import load_function
 from ..report import CheckResult
 from ..sgemm import driver_of
-from . import analysis
-from .common import compile_graph_kernels, launch_failure, new_seed
+from ..transfers import count_dtoh
+from . import emulator_tools as analysis
+from .common import launch_errors, launch_failure, new_seed, start_kernels
 
 HOST_BYTES = 64      # two 8-byte keys and a few flags
+HOST_FUNCTION = "minimums"
 
 
 def _fmt(m) -> str:
@@ -62,12 +68,12 @@ def adversarial(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
 def compare(got: tuple[int, int], x: np.ndarray, what: str) -> str | None:
     """None when the keys are the two minimums of x, else what is wrong."""
     M, N = x.shape
-    want = graph.reference_top2(x, N)
+    want = top2.reference_top2(x, N)
     k1, k2 = got
-    if k1 == graph.EMPTY_KEY or k2 == graph.EMPTY_KEY:
-        return (f"{what}: {'no minimum' if k1 == graph.EMPTY_KEY else 'no second minimum'} was written "
+    if k1 == top2.EMPTY_KEY or k2 == top2.EMPTY_KEY:
+        return (f"{what}: {'no minimum' if k1 == top2.EMPTY_KEY else 'no second minimum'} was written "
                 f"(key still ~0); expected {_fmt(want[0])} and {_fmt(want[1])}")
-    g1, g2 = graph.unpack(k1, N), graph.unpack(k2, N)
+    g1, g2 = top2.unpack(k1, N), top2.unpack(k2, N)
     if (k1 & 0xFFFFFFFF) >= M * N or (k2 & 0xFFFFFFFF) >= M * N:
         return f"{what}: an index outside the array: got {_fmt(g1)} and {_fmt(g2)}"
     if k1 == k2:
@@ -79,7 +85,7 @@ def compare(got: tuple[int, int], x: np.ndarray, what: str) -> str | None:
 
 
 def run_top2(source: str, seed: int | None = None, name: str = "top2-exact") -> CheckResult:
-    start = compile_graph_kernels(name, "top2", source, seed)
+    start = start_kernels(name, top2.TOP2, source, seed)
     if isinstance(start, CheckResult):
         return start
     seed, fns, log = start
@@ -90,9 +96,9 @@ def run_top2(source: str, seed: int | None = None, name: str = "top2-exact") -> 
     for what, x in cases:
         try:
             xd = drv.to_device(np.ascontiguousarray(x))
-            got = graph.top2_keys(fns["top2"], xd, x.size)
+            got = top2.top2_keys(fns["top2"], xd, x.size)
             xd.free()
-        except Exception as e:
+        except launch_errors(drv) as e:
             ok = False
             lines.append(f"{what}: {launch_failure(drv, e)}")
             break
@@ -102,12 +108,12 @@ def run_top2(source: str, seed: int | None = None, name: str = "top2-exact") -> 
             lines.append(problem)
     # After a GPU SGEMM (A, B uniform in [0, 1)): C stays on the device.
     M, N, K = 130, 97, 40
-    A, B = graph.inputs(M, N, K, rng)
+    A, B = top2.inputs(M, N, K, rng)
     if ok:
-        c, _, _ = graph.sgemm_on_device(A, B)
+        c, _, _ = top2.sgemm_on_device(A, B)
         C = np.empty((M, N), np.float32)
         drv.memcpy_dtoh(C, c)
-        problem = compare(graph.top2_keys(fns["top2"], c, M * N), C, f"C = A B, M={M} N={N} K={K}")
+        problem = compare(top2.top2_keys(fns["top2"], c, M * N), C, f"C = A B, M={M} N={N} K={K}")
         c.free()
         if problem:
             ok = False
@@ -118,18 +124,18 @@ def run_top2(source: str, seed: int | None = None, name: str = "top2-exact") -> 
                             details={"seed": seed}, output=log)
 
 
-def _races(kind: str, source: str, seed, name: str, launch) -> CheckResult:
+def _races(kernels, source: str, seed, name: str, launch) -> CheckResult:
     """Emulator analysis of one launch plus permuted thread orders; launch(fns, rng) -> keys."""
-    start = compile_graph_kernels(name, kind, source, seed, emulator=True)
+    start = start_kernels(name, kernels, source, seed, on_emulator=True)
     if isinstance(start, CheckResult):
         return start
     seed, fns, log = start
     problems = []
-    drv = graph.driver(emulator=True)
+    drv = drivers(on_emulator=True)[0]
     try:
         with analysis.thread_order(0), analysis.analysis() as report:
             keys0 = launch(fns, np.random.default_rng(seed))
-    except Exception as e:
+    except launch_errors(drv) as e:
         return CheckResult.make(name, False, launch_failure(drv, e),
                                 details={"seed": seed}, output=log)
     if report is not None:
@@ -156,25 +162,25 @@ def _races(kind: str, source: str, seed, name: str, launch) -> CheckResult:
 
 def run_top2_races(source: str, seed: int | None = None) -> CheckResult:
     def launch(fns, rng):
-        drv = graph.driver(emulator=True)
+        drv = drivers(on_emulator=True)[0]
         x = rng.uniform(0.5, 1.0, 6007).astype(np.float32)
         x[[17, 2100]] = 0.1
         xd = drv.to_device(x)
-        keys = graph.top2_keys(fns["top2"], xd, x.size, blocks=3)
+        keys = top2.top2_keys(fns["top2"], xd, x.size, blocks=3)
         xd.free()
         return keys
-    return _races("top2", source, seed, "top2-races", launch)
+    return _races(top2.TOP2, source, seed, "top2-races", launch)
 
 
 def fused_cases(rng):
     cases = []
     for M, N, K in [(1, 2, 5), (1, 70, 9), (67, 1, 13), (45, 39, 37), (100, 130, 20)]:
-        A, B = graph.inputs(M, N, K, rng)
+        A, B = top2.inputs(M, N, K, rng)
         cases.append((f"M={M} N={N} K={K}", A, B))
-    A, B = graph.inputs(70, 90, 11, rng)
+    A, B = top2.inputs(70, 90, 11, rng)
     A[[40, 9]] = 0.0                      # two zero rows of C: 180 tied zeros
     cases.append(("M=70 N=90 K=11, rows 9 and 40 of C zero (ties)", A, B))
-    A, B = graph.inputs(64, 64, 8, rng)
+    A, B = top2.inputs(64, 64, 8, rng)
     B[:, 63] = 0.0                        # the last column of C zero
     cases.append(("M=64 N=64 K=8, last column of C zero", A, B))
     return cases
@@ -182,7 +188,7 @@ def fused_cases(rng):
 
 def run_fused(source: str, seed: int | None = None) -> CheckResult:
     name = "sgemm-top2-exact"
-    start = compile_graph_kernels(name, "sgemm-top2", source, seed)
+    start = start_kernels(name, top2.FUSED, source, seed)
     if isinstance(start, CheckResult):
         return start
     seed, fns, log = start
@@ -192,8 +198,8 @@ def run_fused(source: str, seed: int | None = None) -> CheckResult:
     cases = fused_cases(rng)
     for what, A, B in cases:
         try:
-            k1, k2, C = graph.fused_keys(fns["sgemm_top2"], A, B, keep_c=True)
-        except Exception as e:
+            k1, k2, C = top2.fused_keys(fns["sgemm_top2"], A, B, keep_c=True)
+        except launch_errors(drv) as e:
             ok = False
             lines.append(f"{what}: {launch_failure(drv, e)}")
             break
@@ -214,10 +220,10 @@ def run_fused(source: str, seed: int | None = None) -> CheckResult:
 
 def run_fused_races(source: str, seed: int | None = None) -> CheckResult:
     def launch(fns, rng):
-        A, B = graph.inputs(45, 39, 37, rng)
-        k1, k2, _ = graph.fused_keys(fns["sgemm_top2"], A, B)
+        A, B = top2.inputs(45, 39, 37, rng)
+        k1, k2, _ = top2.fused_keys(fns["sgemm_top2"], A, B)
         return k1, k2
-    return _races("sgemm-top2", source, seed, "sgemm-top2-races", launch)
+    return _races(top2.FUSED, source, seed, "sgemm-top2-races", launch)
 
 
 def run_host(function, seed: int | None = None) -> CheckResult:
@@ -225,25 +231,25 @@ def run_host(function, seed: int | None = None) -> CheckResult:
     name = "host-transfers"
     seed = new_seed() if seed is None else int(seed)
     rng = np.random.default_rng(seed)
-    drv = graph.driver()
+    drv = drivers()[0]
     lines, ok = [], True
     for M, N, K in [(1, 2, 3), (131, 77, 45), (256, 300, 64)]:
-        A, B = graph.inputs(M, N, K, rng)
-        c, _, _ = graph.sgemm_on_device(A, B)
+        A, B = top2.inputs(M, N, K, rng)
+        c, _, _ = top2.sgemm_on_device(A, B)
         C = np.empty((M, N), np.float32)
         drv.memcpy_dtoh(C, c)
         c.free()
-        want = graph.reference_top2(C, N)
+        want = top2.reference_top2(C, N)
         try:
-            with graph.count_dtoh(drv) as t:
+            with count_dtoh(drv) as t:
                 got = function(A, B)
-        except Exception as e:
+        except Exception as e:          # the student's Python: anything it raises is their diagnosis
             ok = False
             lines.append(f"M={M} N={N} K={K}: your function raised {type(e).__name__}: {e}")
             continue
         try:
             got = tuple((float(v), int(r), int(cc)) for v, r, cc in got)
-        except Exception:
+        except (TypeError, ValueError):
             ok = False
             lines.append(f"M={M} N={N} K={K}: expected ((value, row, col), (value, row, col)), got {got!r}")
             continue
@@ -261,3 +267,13 @@ def run_host(function, seed: int | None = None) -> CheckResult:
             lines.append(f"{shape}: right, {t.bytes} bytes from the device")
     return CheckResult.make(name, ok, ("right, and only the keys came back" if ok else "wrong") +
                             f" (random seed {seed})\n" + "\n".join(lines), details={"seed": seed})
+
+
+def run_host_source(source: str, seed: int | None = None) -> CheckResult:
+    """run_host on the function HOST_FUNCTION that the submission's text defines."""
+    try:
+        function = load_function(source, HOST_FUNCTION)
+    except Exception as e:              # the student's Python, run as a module: anything it raises is theirs
+        return CheckResult.make("host-transfers", False, f"your code does not define {HOST_FUNCTION}(A, B): "
+                                f"{type(e).__name__}: {e}", details={"seed": seed})
+    return run_host(function, seed)

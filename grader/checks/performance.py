@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ..report import FAILED, NOT_GRADED, PASSED, CheckResult, png_base64
 from . import thresholds
-from .common import CompileFailed, compile_function, new_seed
+from ..compiler import CompileFailed
+from .common import compile_function, new_seed
 
 NAME = "performance"
 BUDGET_S = 120.0

@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import sgemm
+from ..backend import drivers
+from ..compiler import CompileFailed
 from ..report import CheckResult
-from . import analysis
-from .common import CompileFailed, compile_function, drivers, launch_failure, new_seed
+from . import emulator_tools as analysis
+from .common import compile_function, does_not_compile, launch_errors, launch_failure, new_seed
 
 NAME = "races"
 SHAPE = (45, 39, 37)                 # not a tile multiple: edge blocks are exercised
@@ -27,7 +29,7 @@ def _launch(driver, function, stage, A, B):
     c = driver.to_device(C)
     try:
         sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
-    except Exception as e:
+    except launch_errors(driver) as e:
         return None, launch_failure(driver, e)
     driver.memcpy_dtoh(C, c)
     return C, None
@@ -35,11 +37,11 @@ def _launch(driver, function, stage, A, B):
 
 def run(stage, source: str, seed: int | None = None) -> CheckResult:
     seed = new_seed() if seed is None else int(seed)
-    driver, _ = drivers(emulator=True)
+    driver, _ = drivers(on_emulator=True)
     try:
-        function, log = compile_function(stage, source, emulator=True)
+        function, log = compile_function(stage, source, on_emulator=True)
     except CompileFailed as e:
-        return CheckResult.make(NAME, False, f"the kernel does not compile:\n{e}", details={"seed": seed})
+        return does_not_compile(NAME, e, seed)
     M, N, K = SHAPE
     A, B = sgemm.random_inputs(M, N, K, np.random.default_rng(seed))
     problems = []

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import graph
+from .. import top2
+from ..backend import drivers
 from ..report import CheckResult
 from ..sgemm import driver_of
-from .common import compile_graph_kernels, launch_failure
+from ..shortest_paths import SSSP, dijkstra, shortest_paths, sweep
+from .common import launch_errors, launch_failure, start_kernels
 
 SHAPES = [(1, 2, 4), (1, 70, 8), (67, 1, 8), (45, 39, 16), (100, 130, 16), (150, 97, 8)]
 RTOL_PER_HOP = 2.0 ** -22
@@ -28,33 +30,6 @@ SHOW = 3
 
 def rtol(M: int, N: int) -> float:
     return RTOL_PER_HOP * (M + N + 2)
-
-
-def grid_graph(C: np.ndarray):
-    """CSR matrix of the grid graph: u -> v for 4-neighbours, weight C[v] (float64)."""
-    from scipy.sparse import csr_matrix
-    M, N = C.shape
-    idx = np.arange(M * N).reshape(M, N)
-    src, dst = [], []
-    for a, b in ((idx[:-1, :], idx[1:, :]), (idx[:, :-1], idx[:, 1:])):
-        src += [a.ravel(), b.ravel()]
-        dst += [b.ravel(), a.ravel()]
-    src, dst = np.concatenate(src), np.concatenate(dst)
-    w = C.reshape(-1).astype(np.float64)[dst]
-    return csr_matrix((w, (src, dst)), shape=(M * N, M * N))
-
-
-def dijkstra(C: np.ndarray, source: int) -> np.ndarray:
-    from scipy.sparse.csgraph import dijkstra as _dijkstra
-    return _dijkstra(grid_graph(C), directed=True, indices=source).reshape(C.shape)
-
-
-def sweep(dist: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """One Jacobi Bellman-Ford sweep in float32: min(dist, min over neighbours + C)."""
-    inf = np.float32(np.inf)
-    p = np.pad(dist, 1, constant_values=inf)
-    best = np.minimum(np.minimum(p[:-2, 1:-1], p[2:, 1:-1]), np.minimum(p[1:-1, :-2], p[1:-1, 2:]))
-    return np.minimum(dist, (best + C).astype(np.float32))
 
 
 def compare_map(dist: np.ndarray, C: np.ndarray, source: int, what: str) -> list[str]:
@@ -87,14 +62,14 @@ def compare_map(dist: np.ndarray, C: np.ndarray, source: int, what: str) -> list
 def _solve(fns, A, B, stop_early: bool):
     max_rounds = None
     if stop_early:      # a broken host loop, for the tests: stop one sweep before the last change
-        rounds = graph.shortest_paths(A, B, functions=fns)["rounds"]
+        rounds = shortest_paths(A, B, functions=fns)["rounds"]
         max_rounds = max(1, max(rounds) - 2)
-    return graph.shortest_paths(A, B, functions=fns, max_rounds=max_rounds)
+    return shortest_paths(A, B, functions=fns, max_rounds=max_rounds)
 
 
 def _reference_c(A, B):
-    drv = graph.driver()
-    c, M, N = graph.sgemm_on_device(A, B)
+    drv = drivers()[0]
+    c, M, N = top2.sgemm_on_device(A, B)
     C = np.empty((M, N), np.float32)
     drv.memcpy_dtoh(C, c)
     c.free()
@@ -103,7 +78,7 @@ def _reference_c(A, B):
 
 def run_distances(source: str, seed: int | None = None, stop_early: bool = False) -> CheckResult:
     name = "sssp-distances"
-    start = compile_graph_kernels(name, "sssp", source, seed)
+    start = start_kernels(name, SSSP, source, seed)
     if isinstance(start, CheckResult):
         return start
     seed, fns, log = start
@@ -111,16 +86,16 @@ def run_distances(source: str, seed: int | None = None, stop_early: bool = False
     drv = driver_of(fns["sssp_relax"])
     lines, ok, rounds = [], True, {}
     for M, N, K in SHAPES:
-        A, B = graph.inputs(M, N, K, rng)
+        A, B = top2.inputs(M, N, K, rng)
         what = f"M={M} N={N} K={K}"
         try:
             out = _solve(fns, A, B, stop_early)
-        except Exception as e:
+        except launch_errors(drv) as e:
             ok = False
             lines.append(f"{what}: {launch_failure(drv, e)}")
             break
         C = _reference_c(A, B)
-        (m1, m2) = graph.reference_top2(C, N)
+        (m1, m2) = top2.reference_top2(C, N)
         problems = []
         for i, (m, d) in enumerate(((m1, out["dist1"]), (m2, out["dist2"]))):
             problems += compare_map(d, C, m[1] * N + m[2], f"{what}, distances from minimum {i + 1} "
@@ -166,7 +141,7 @@ def check_path(path, C: np.ndarray, m1, m2, cost: float, what: str) -> list[str]
 
 def run_path(source: str, seed: int | None = None) -> CheckResult:
     name = "sssp-path"
-    start = compile_graph_kernels(name, "sssp", source, seed)
+    start = start_kernels(name, SSSP, source, seed)
     if isinstance(start, CheckResult):
         return start
     seed, fns, log = start
@@ -174,16 +149,16 @@ def run_path(source: str, seed: int | None = None) -> CheckResult:
     drv = driver_of(fns["sssp_relax"])
     lines, ok = [], True
     for M, N, K in SHAPES:
-        A, B = graph.inputs(M, N, K, rng)
+        A, B = top2.inputs(M, N, K, rng)
         what = f"M={M} N={N} K={K}"
         try:
-            out = graph.shortest_paths(A, B, functions=fns)
-        except Exception as e:
+            out = shortest_paths(A, B, functions=fns)
+        except launch_errors(drv) as e:
             ok = False
             lines.append(f"{what}: {launch_failure(drv, e)}")
             break
         C = _reference_c(A, B)
-        m1, m2 = graph.reference_top2(C, N)
+        m1, m2 = top2.reference_top2(C, N)
         problems = check_path(out["path"], C, m1, m2, out["cost"], what)
         if problems:
             ok = False

@@ -166,6 +166,39 @@ def active() -> Report | None:
     return _active[-1] if _active else None
 
 
+@dataclass(frozen=True)
+class Wavefronts:
+    """What one warp request costs under the bank rule."""
+    wavefronts: int
+    ideal: int               # one per phase with active lanes
+    max_ways: int            # the most distinct words one bank serves in a phase (1: no conflict)
+
+
+@lru_cache(maxsize=None)
+def _bank_rule():
+    fn = runtime().emu_bank_wavefronts
+    fn.restype = ctypes.c_ulonglong
+    fn.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint, ctypes.c_int,
+                   ctypes.POINTER(ctypes.c_ulonglong), ctypes.POINTER(ctypes.c_int)]
+    return fn
+
+
+def bank_wavefronts(addresses: dict[int, int], size: int) -> Wavefronts:
+    """The bank rule of the runtime (emu_bank_wavefronts in runtime/analysis.cpp,
+    the one the analysis applies to every emulated request) for one warp
+    request: `addresses` maps lane (0-31) -> byte offset in shared memory,
+    every access `size` bytes (at most 16)."""
+    if not 0 < size <= 16:
+        raise ValueError(f"a shared-memory access is 1 to 16 bytes, not {size}")
+    addr, lanes = (ctypes.c_size_t * 32)(), 0
+    for lane, a in addresses.items():
+        addr[lane] = a
+        lanes |= 1 << lane
+    ideal, ways = ctypes.c_ulonglong(), ctypes.c_int()
+    wavefronts = _bank_rule()(addr, lanes, size, ctypes.byref(ideal), ctypes.byref(ways))
+    return Wavefronts(int(wavefronts), ideal.value, ways.value)
+
+
 def bank_picture(addresses: list[int], lanes: int, width: int) -> str:
     """The lanes of one warp request and the bank (4-byte word mod 32) each
     one starts in, with the busiest bank of each phase named."""

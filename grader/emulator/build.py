@@ -31,10 +31,11 @@ NVCC_ARCH = "sm_90"
 class BuildError(Exception):
     """The kernel source does not compile; `log` holds the compiler's message."""
 
-    def __init__(self, message: str, log: str, command: list[str] | None = None):
+    def __init__(self, message: str, log: str, command: list[str] | None = None, emulator_only: bool = False):
         super().__init__(message)
         self.log = log
         self.command = command
+        self.emulator_only = emulator_only     # nvcc accepts the source: a limit of the emulator
 
 
 @dataclass
@@ -329,7 +330,7 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
         if not host_ok:
             why = ("the emulator cannot compile this kernel (nvcc accepts it)" if nvcc_proc
                    else "the kernel does not compile")
-            raise BuildError(why, host_log, (host or scan).args)
+            raise BuildError(why, host_log, (host or scan).args, emulator_only=nvcc_proc is not None)
         _atomic_write(lib, Path(tmp, "kernel.so").read_bytes())
         resources = parse_ptxas(nvcc_log) if nvcc_proc else {}
         _atomic_write(meta, json.dumps({

@@ -26,3 +26,27 @@ def thread_order_seed() -> int:
 
 def set_thread_order_seed(seed: int) -> None:
     _settings["seed"] = int(seed)
+
+
+# ---- the emulated device: an H200 (sm_90), the GPU the course is calibrated on -------------
+# The one table of its figures: the emulated driver answers cuDeviceGetAttribute from it, and
+# everything that needs the H200's numbers without a GPU (grader.occupancy.H200, a lab's
+# roofline) reads them through that driver's attributes or from here, never as literals.
+# FP32 peak: 132 SMs x 128 lanes x 2 x 1.98 GHz = 66.9 TFLOP/s (grader.perf.fp32_peak_from).
+# DRAM: 2 x 3.201 GHz x 6144 bits / 8 = 4.92 TB/s (grader.perf.dram_bandwidth_from; NVIDIA
+# quotes 4.8 TB/s for the H200's HBM3e), as the H200's driver reports these two attributes.
+DEVICE_NAME = "CPU emulator (sm_90, H200 limits)"
+COMPUTE_CAPABILITY = (9, 0)
+TOTAL_MEMORY = 141 * 10**9
+DEVICE_ATTRIBUTES = {
+    "MAX_THREADS_PER_BLOCK": 1024, "MAX_BLOCK_DIM_X": 1024, "MAX_BLOCK_DIM_Y": 1024, "MAX_BLOCK_DIM_Z": 64,
+    "MAX_GRID_DIM_X": 2**31 - 1, "MAX_GRID_DIM_Y": 65535, "MAX_GRID_DIM_Z": 65535,
+    "MAX_SHARED_MEMORY_PER_BLOCK": 49152, "TOTAL_CONSTANT_MEMORY": 65536, "WARP_SIZE": 32,
+    "MAX_PITCH": 2**31 - 1, "MAX_REGISTERS_PER_BLOCK": 65536, "CLOCK_RATE": 1980000,
+    "MULTIPROCESSOR_COUNT": 132, "MEMORY_CLOCK_RATE": 3201000, "GLOBAL_MEMORY_BUS_WIDTH": 6144,
+    "L2_CACHE_SIZE": 52428800, "MAX_THREADS_PER_MULTIPROCESSOR": 2048,
+    "COMPUTE_CAPABILITY_MAJOR": COMPUTE_CAPABILITY[0], "COMPUTE_CAPABILITY_MINOR": COMPUTE_CAPABILITY[1],
+    "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": 233472, "MAX_REGISTERS_PER_MULTIPROCESSOR": 65536,
+    "MAX_BLOCKS_PER_MULTIPROCESSOR": 32, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 232448,
+    "RESERVED_SHARED_MEMORY_PER_BLOCK": 1024,
+}

@@ -12,6 +12,12 @@ from .build import BuiltModule, runtime_library
 
 # Result codes of emu_launch (runtime/runtime.h).
 OK, LAUNCH_FAILURE, TIMEOUT, FAULT, TRAP, INVALID = range(6)
+# The layout of ModuleInfo and KernelEntry below: emu_abi.h's kAbiVersion (a test keeps them equal).
+ABI_VERSION = 1
+
+
+class AbiMismatch(RuntimeError):
+    """A compiled kernel module from another version of the emulator."""
 
 PARAM_KINDS = {0: "other", 1: "pointer", 2: "integer", 3: "float"}
 
@@ -99,6 +105,10 @@ class LoadedModule:
         module_info.restype = ctypes.POINTER(_ModuleInfo)
         self._info = module_info()
         info = self._info.contents
+        if info.abi_version != ABI_VERSION:
+            raise AbiMismatch(f"{built.library} was built for emulator ABI version {info.abi_version}, this "
+                              f"emulator reads version {ABI_VERSION}: delete the emulator's cache "
+                              "($GRADER_EMULATOR_CACHE, default ~/.cache/grader-emulator) and run again")
         self.kernels: dict[str, Kernel] = {}
         for i in range(info.nkernels):
             e = info.kernels[i]

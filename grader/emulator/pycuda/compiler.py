@@ -14,7 +14,11 @@ def _load(build_args: dict, analysis: bool = False) -> LoadedModule:
     try:
         return LoadedModule(build_module(**build_args, analysis=analysis))
     except BuildError as e:
-        raise CompileError(f"{e}:\n{e.log}", e.command, stderr=e.log) from None
+        error = CompileError(f"{e}:\n{e.log}", e.command, stderr=e.log)
+        error.emulator_only = e.emulator_only      # nvcc accepted the source, g++ did not
+        raise error from None
+
+
 _RESOURCE_REPORT = re.compile(r"^\s*(ptxas info|\d+ bytes stack frame)")
 
 

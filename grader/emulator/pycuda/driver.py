@@ -56,7 +56,7 @@ _LAUNCH_KINDS = {LAUNCH_FAILURE: "deadlock", TIMEOUT: "timeout", FAULT: "fault",
 
 # ---- device -------------------------------------------------------------------
 class device_attribute:  # noqa: N801 - PyCUDA's name
-    """Attribute ids; values are those of the H200 the course is calibrated on."""
+    """Attribute ids; the values are the H200's, in grader.emulator.config.DEVICE_ATTRIBUTES."""
     MAX_THREADS_PER_BLOCK = 1
     MAX_BLOCK_DIM_X = 2
     MAX_BLOCK_DIM_Y = 3
@@ -84,19 +84,9 @@ class device_attribute:  # noqa: N801 - PyCUDA's name
     RESERVED_SHARED_MEMORY_PER_BLOCK = 111
 
 
-_DEVICE_VALUES = {
-    "MAX_THREADS_PER_BLOCK": 1024, "MAX_BLOCK_DIM_X": 1024, "MAX_BLOCK_DIM_Y": 1024, "MAX_BLOCK_DIM_Z": 64,
-    "MAX_GRID_DIM_X": 2**31 - 1, "MAX_GRID_DIM_Y": 65535, "MAX_GRID_DIM_Z": 65535,
-    "MAX_SHARED_MEMORY_PER_BLOCK": 49152, "TOTAL_CONSTANT_MEMORY": 65536, "WARP_SIZE": 32,
-    "MAX_PITCH": 2**31 - 1, "MAX_REGISTERS_PER_BLOCK": 65536, "CLOCK_RATE": 1980000,
-    "MULTIPROCESSOR_COUNT": 132, "MEMORY_CLOCK_RATE": 3201000, "GLOBAL_MEMORY_BUS_WIDTH": 6144,
-    "L2_CACHE_SIZE": 52428800, "MAX_THREADS_PER_MULTIPROCESSOR": 2048, "COMPUTE_CAPABILITY_MAJOR": 9,
-    "COMPUTE_CAPABILITY_MINOR": 0, "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": 233472,
-    "MAX_REGISTERS_PER_MULTIPROCESSOR": 65536, "MAX_BLOCKS_PER_MULTIPROCESSOR": 32,
-    "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 232448, "RESERVED_SHARED_MEMORY_PER_BLOCK": 1024,
-}
+_DEVICE_VALUES = config.DEVICE_ATTRIBUTES
 _ATTRIBUTE_VALUES = {getattr(device_attribute, k): v for k, v in _DEVICE_VALUES.items()}
-TOTAL_MEMORY = 141 * 10**9
+TOTAL_MEMORY = config.TOTAL_MEMORY
 
 
 def init(flags: int = 0) -> None:
@@ -122,10 +112,10 @@ class Device:
         return 1
 
     def name(self) -> str:
-        return "CPU emulator (sm_90, H200 limits)"
+        return config.DEVICE_NAME
 
     def compute_capability(self) -> tuple[int, int]:
-        return (9, 0)
+        return config.COMPUTE_CAPABILITY
 
     def total_memory(self) -> int:
         return TOTAL_MEMORY

@@ -77,4 +77,11 @@ struct EmuFinding {
     long long offset;    // from that buffer's start
     int shared;
 };
+
+// The bank rule, for one warp request: `addr` holds 32 byte offsets in shared
+// memory (only the lanes set in `lanes` count), each access `size` bytes.
+// Returns the wavefronts it takes; *ideal (one per phase with active lanes)
+// and *max_ways (the most distinct words one bank serves in a phase) when not null.
+unsigned long long emu_bank_wavefronts(const uintptr_t* addr, unsigned lanes, int size,
+                                       unsigned long long* ideal, int* max_ways);
 }

@@ -1,0 +1,119 @@
+"""The one grading front-end, for every lab:
+
+    grader.check(exercise, submission, checks=None, seed=None)  -> CheckReport (every check, or some)
+    grader.grade(exercise, submission, check, points)           -> points earned (one hidden test cell)
+    grader.grade_answer(value, expected, points, rtol=, atol=)  -> points earned (a numeric question)
+    grader.use_backend()                                        -> the Backend, chosen and announced once
+
+exercise: an id of grader.exercises (an SGEMM stage such as "smem-tiling",
+"top2", "sgemm-top2", "sssp", "minimums-host"); submission: CUDA C source
+text, or for a host exercise the student's Python function (or its source).
+
+Every check runs in its own process (grader.isolation), so a kernel that
+crashes, hangs or faults costs that check only; nothing is written to stderr
+(a graded nbgrader cell with any stderr output scores 0). Results of the same
+(exercise, submission, check) are kept for this process (one cache): the
+visible self-check and the hidden test cells of a notebook share them.
+
+Layer: front-end (imports the registry, isolation, the backend, the report).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+
+from . import backend, exercises, host_functions
+from .checks.common import new_seed
+from .isolation import run_check
+from .report import FAILED, CheckReport, CheckResult
+
+_CACHE: dict[tuple[str, str, str], CheckResult] = {}
+_announced = False
+
+
+def use_backend(announce: bool = True):
+    """Choose where kernels run (once per process) and say so on stdout, once.
+    A lab's setup cell calls it, so that the student's own `import pycuda...`
+    then runs on the chosen backend (the CPU emulator without a GPU)."""
+    global _announced
+    chosen = backend.current()
+    if announce and not _announced:
+        _announced = True
+        print(chosen.announcement())
+    return chosen
+
+
+def _submission_text(exercise: exercises.Exercise, submission) -> str:
+    if exercise.host_function is not None:
+        if callable(submission):
+            return host_functions.function_source(submission)
+        if isinstance(submission, str):
+            return submission
+        raise TypeError(f"'{exercise.id}' grades a Python function ({exercise.host_function}), "
+                        f"not {type(submission).__name__}")
+    if not isinstance(submission, str):
+        raise TypeError(f"the kernel source must be a string of CUDA C, not {type(submission).__name__}")
+    return submission
+
+
+def check(exercise: str, submission, checks: list[str] | tuple[str, ...] | str | None = None,
+          seed: int | None = None, timeout: float | None = None, fresh: bool = False,
+          announce: bool = True) -> CheckReport:
+    """Run the exercise's checks (default: all) on `submission`, each in its own process.
+
+    seed: the random inputs' seed (default: fresh each run, reported). fresh:
+    ignore earlier results for the same submission in this process. announce:
+    say which backend runs the kernels (once per process)."""
+    ex = exercises.get(exercise)           # an unknown exercise or check is the caller's mistake: raise now
+    names = ex.check_names if checks is None else ([checks] if isinstance(checks, str) else list(checks))
+    for n in names:
+        ex.check(n)
+    text = _submission_text(ex, submission)
+    chosen = use_backend(announce)
+    run_seed = new_seed() if seed is None else int(seed)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    results = []
+    compile_failed = False
+    for name in names:
+        key = (ex.id, digest, name)
+        if not fresh and seed is None and key in _CACHE:
+            results.append(_CACHE[key])
+            continue
+        if compile_failed and name != "compiles":
+            results.append(CheckResult(name, FAILED, "not run: the kernel does not compile (see 'compiles')", 0.0))
+            continue
+        result = run_check(ex.id, name, text, seed=run_seed, timeout=timeout, backend_name=chosen.name)
+        compile_failed = compile_failed or (name == "compiles" and not result.passed)
+        if seed is None:
+            _CACHE[key] = result
+        results.append(result)
+    return CheckReport(ex.id, results, chosen.name)
+
+
+def grade(exercise: str, submission, check_name: str, points: float) -> float:
+    """One nbgrader test cell: run one check, print its diagnosis (stdout) and
+    return the points earned out of `points` (the cell's value: partial credit).
+    `python -m grader regrade` recognises cells written this way."""
+    return check(exercise, submission, [check_name]).grade_cell(check_name, points)
+
+
+def answer_is_right(value, expected: float, rtol: float = 1e-5, atol: float = 0.0) -> bool:
+    """value is a finite real number within atol + rtol * |expected| of expected."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(float(value))
+            and abs(float(value) - expected) <= atol + rtol * abs(expected))
+
+
+def grade_answer(value, expected: float, points: float, rtol: float = 1e-5, atol: float = 0.0) -> float:
+    """One nbgrader test cell for a numeric question: `points` when value is
+    within atol + rtol * |expected| of expected, else 0. Prints whether it is
+    right, never the expected value (it stays in the hidden test cell).
+    `python -m grader regrade` recognises cells written this way."""
+    ok = answer_is_right(value, expected, rtol, atol)
+    shown = f"{float(value):.6g}" if isinstance(value, numbers.Real) and not isinstance(value, bool) else repr(value)
+    if ok:
+        print(f"[PASS] your answer {shown} is right")
+    else:
+        within = f"within {rtol:.2%} of the expected value" if rtol else f"within {atol:g} of the expected value"
+        print(f"[FAIL] your answer {shown} is not right yet (it must be a number {within})")
+    return float(points) if ok else 0.0

@@ -1,0 +1,388 @@
+"""The student's experience of lab 1, in a real browser.
+
+The instructor's release copy of lab 1 (nbgrader generate_assignment in a
+temporary course directory) is opened in JupyterLab, served on 127.0.0.1 with
+GRADER_BACKEND=emulator, and driven through Debian's Chromium with Playwright,
+as a student would: every answer cell is filled in the notebook editor with
+the reference (taken at test time from the source notebook's solution
+regions), then Run > Run All Cells. The assertions read the rendered page:
+the naive kernel's self-check table says "passed" for correctness and races
+and "not graded: no GPU" for performance, and no cell shows stderr or a
+traceback. A screenshot of the self-check is written to
+results/tmp/browser/lab1-self-check.png.
+
+How the cells are filled: each answer cell's editor (CodeMirror) is focused
+by a click, its text selected with Ctrl+A and replaced by the whole answer
+in one keyboard text insertion (Playwright's keyboard.insert_text, what a
+paste does), not key by key: typed key by key, CodeMirror's auto-indentation
+re-indents every new line of a kernel, and typing ~1,500 characters one key
+at a time is slow on two cores. The editor's text is then read back from the
+DOM and compared with the answer.
+
+Needs Chromium (/usr/bin/chromium: apt-get install chromium) and Playwright
+for Python (pip install playwright; its own browser download is not used),
+nbgrader and JupyterLab. Without them the test is skipped, except in CI
+(CI set), where it fails: CI installs them (.ci/run, the test extra).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LAB, NB = "01-naive-coalesced", "naive-coalesced"
+SHOT = REPO / "results" / "tmp" / "browser" / "lab1-self-check.png"
+FAILED_SHOT = SHOT.with_name("lab1-failed.png")
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TOKEN = "sgemm-lab-browser-test"
+
+# Bounds (seconds); typically it all takes under a minute on 2 cores, and at
+# most about 6 minutes: the server starts, the page opens with an idle
+# kernel, Run All Cells ends (the self-checks compile kernels with g++).
+SERVER_START = 60
+PAGE_READY = 90
+RUN_ALL = 180
+ACTION = 30                 # one click or keyboard action
+
+BEGIN = re.compile(r"^\s*(//|###)\s*BEGIN SOLUTION\s*$")
+END = re.compile(r"^\s*(//|###)\s*END SOLUTION\s*$")
+STUB_LINES = {"// YOUR CODE HERE", "# YOUR CODE HERE", "raise NotImplementedError()"}
+
+
+def _missing() -> list[str]:
+    missing = []
+    if not (os.access(CHROMIUM, os.X_OK) or shutil.which("chromium")):
+        missing.append(f"Chromium ({CHROMIUM}; apt-get install chromium)")
+    for module, what in (("playwright.sync_api", "Playwright (pip install playwright)"),
+                         ("nbgrader", "nbgrader (pip install -e '.[test]')"),
+                         ("jupyterlab", "JupyterLab (comes with nbgrader)")):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(what)
+    return missing
+
+
+@pytest.fixture(scope="module")
+def requirements():
+    missing = _missing()
+    if missing:
+        reason = "the browser test needs " + ", ".join(missing)
+        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+            pytest.fail(reason + " - CI installs them (.ci/run), so their absence is a failure here", pytrace=False)
+        pytest.skip(reason)
+
+
+# -- the notebook's answers, from the source notebook's solution regions
+
+def _filled(source: str) -> str:
+    """The cell as a student who wrote the reference leaves it: the solution
+    regions' text in place, the delimiter lines gone."""
+    return "\n".join(line for line in source.split("\n") if not (BEGIN.match(line) or END.match(line)))
+
+
+def _outside_regions(source: str) -> list[str]:
+    out, inside = [], False
+    for line in source.split("\n"):
+        if BEGIN.match(line):
+            inside = True
+        elif END.match(line):
+            inside = False
+        elif not inside:
+            out.append(line.rstrip())
+    return out
+
+
+def _without_stubs(text: str) -> list[str]:
+    return [line.rstrip() for line in text.split("\n") if line.strip() not in STUB_LINES]
+
+
+def _answers() -> list[str]:
+    """The source notebook's cells with solution regions, in order."""
+    nb = nbformat.read(str(REPO / "labs" / LAB / f"{NB}.ipynb"), as_version=4)
+    return [c.source for c in nb.cells
+            if c.cell_type == "code" and any(BEGIN.match(line) for line in c.source.split("\n"))]
+
+
+# -- the instructor's release copy, and JupyterLab serving it
+
+@pytest.fixture(scope="module")
+def release(requirements, tmp_path_factory) -> Path:
+    """The student copy of lab 1, made as the README tells a student (`python -m grader student`)."""
+    from grader.student import make_copy
+    folder = tmp_path_factory.mktemp("student")
+    make_copy(LAB, folder)
+    text = (folder / LAB / f"{NB}.ipynb").read_text()
+    assert "YOUR CODE HERE" in text and "BEGIN SOLUTION" not in text
+    return folder / LAB
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab_server(release, tmp_path_factory):
+    """JupyterLab on 127.0.0.1, rooted at the release folder, on the emulator; stopped whatever happens."""
+    home = tmp_path_factory.mktemp("jupyter")
+    settings = home / "lab-settings"
+    # Every cell in the DOM (no windowing), and no news or update prompts over the page.
+    for plugin, values in (("@jupyterlab/notebook-extension/tracker", {"windowingMode": "none"}),
+                           ("@jupyterlab/apputils-extension/notification",
+                            {"fetchNews": "false", "checkForUpdates": False})):
+        f = settings / f"{plugin}.jupyterlab-settings"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(values))
+    env = dict(os.environ)
+    env.pop("MPLBACKEND", None)            # the kernel's inline backend, as a student's
+    env.update({
+        "GRADER_BACKEND": "emulator",
+        "PYTHONPATH": os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]),
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_DATA_DIR": str(home / "data"),       # the python3 kernel is this Python's ipykernel
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(settings),
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
+        "IPYTHONDIR": str(home / "ipython"),
+    })
+    port = _free_port()
+    log = open(home / "jupyterlab.log", "w+b")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         "--ServerApp.port_retries=0", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={release}",
+         "--ServerApp.allow_remote_access=False"]
+        + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),   # CI runs as root
+        cwd=release, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def server_log() -> str:
+        log.flush()
+        return (home / "jupyterlab.log").read_text(errors="replace")[-4000:]
+
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + SERVER_START
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"JupyterLab exited with status {proc.returncode}:\n{server_log()}", pytrace=False)
+            try:
+                with urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"JupyterLab did not answer within {SERVER_START} s:\n{server_log()}", pytrace=False)
+            time.sleep(0.5)
+        yield url, server_log
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below pid (Linux /proc; elsewhere none are known)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop JupyterLab: SIGTERM to its process group (it shuts its kernels down),
+    then SIGKILL to that group and to every process it started (jupyter_client
+    starts each kernel in a session of its own, with the grader's check
+    processes below it), those that are still there."""
+    below = _descendants(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        pass
+    for kill in ([lambda: os.killpg(proc.pid, signal.SIGKILL)]
+                 + [lambda p=p: os.kill(p, signal.SIGKILL) for p in below]):
+        try:
+            kill()
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+@pytest.fixture(scope="module")
+def page(lab_server, tmp_path_factory):
+    from playwright.sync_api import sync_playwright
+    executable = CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=executable, headless=True,
+            args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000})
+        try:
+            yield context.pages[0] if context.pages else context.new_page()
+        finally:
+            context.close()
+
+
+# -- the page, read through the DOM
+
+CELL_STATE = """() => {
+    const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-CodeCell')];
+    const prompts = cells.map(c => (c.querySelector('.jp-InputArea-prompt') || {}).textContent || '');
+    const outs = [...document.querySelectorAll('.jp-NotebookPanel .jp-OutputArea-output')];
+    const stderr = outs.filter(o => o.getAttribute('data-mime-type') === 'application/vnd.jupyter.stderr'
+                                   || /Traceback \\(most recent call last\\)/.test(o.textContent))
+                       .map(o => o.textContent.slice(0, 2000));
+    const ind = document.querySelector('.jp-Notebook-ExecutionIndicator');
+    return {prompts, stderr, kernel: ind ? ind.getAttribute('data-status') : null};
+}"""
+
+EDITORS = """() => [...document.querySelectorAll('.jp-NotebookPanel .jp-Notebook .jp-CodeCell')]
+    .map(c => c.querySelectorAll('.cm-content .cm-line').length > 0)"""
+
+EDITOR_TEXT = """cell => [...cell.querySelectorAll('.cm-content .cm-line')].map(l => l.textContent).join('\\n')"""
+
+TABLES = """() => [...document.querySelectorAll('.jp-Notebook .sgemm-grader')].map(div => ({
+    title: (div.querySelector('p') || div).textContent,
+    rows: [...div.querySelectorAll('tbody tr')].map(tr => [...tr.children].map(td => td.textContent.trim()))
+}))"""
+
+
+def _code_cells(folder: Path) -> int:
+    """How many code cells the student copy has (what the page must show)."""
+    nb = nbformat.read(str(folder / f"{NB}.ipynb"), as_version=4)
+    return sum(c.cell_type == "code" for c in nb.cells)
+
+
+def _wait(page, predicate, timeout: float, what: str, state=CELL_STATE):
+    deadline = time.monotonic() + timeout
+    while True:
+        s = page.evaluate(state)
+        verdict = predicate(s)
+        if verdict:
+            return s
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not in time; the page's state: {s}")
+        time.sleep(0.5)
+
+
+def test_student_runs_lab1_in_jupyterlab(page, lab_server, release):
+    FAILED_SHOT.unlink(missing_ok=True)        # from an earlier run
+    try:
+        _student_session(page, *lab_server, release)
+    except BaseException:
+        FAILED_SHOT.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            page.screenshot(path=str(FAILED_SHOT))
+            print(f"the page when the test failed: {FAILED_SHOT}")
+        except Exception as e:             # the browser may be gone: the failure itself matters
+            print(f"no screenshot of the failure: {e}")
+        raise
+
+
+def _student_session(page, url, server_log, release):
+    t0 = time.monotonic()
+    ready_by = t0 + PAGE_READY            # one bound for opening the notebook, all steps together
+    page.set_default_timeout(ACTION * 1000)
+    page.goto(f"{url}/lab/tree/{NB}.ipynb?token={TOKEN}", wait_until="domcontentloaded",
+              timeout=PAGE_READY * 1000)
+    code_cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-CodeCell")
+    code_cells.first.wait_for(state="visible", timeout=max(1, ready_by - time.monotonic()) * 1000)
+    _wait(page, lambda s: s["kernel"] == "idle", ready_by - time.monotonic(),
+          "the kernel starts (execution indicator idle)")
+    n = _code_cells(release)
+    _wait(page, lambda s: s == [True] * n, ready_by - time.monotonic(), f"the {n} code cells' editors render",
+          state=EDITORS)
+    print(f"JupyterLab open, kernel idle after {time.monotonic() - t0:.1f} s")
+
+    # -- fill every answer cell in the editor, as a student would
+    answers = _answers()
+    assert answers, "no solution regions (// BEGIN SOLUTION, ### BEGIN SOLUTION) in the source notebook"
+    stubs = [i for i in range(code_cells.count())
+             if "YOUR CODE HERE" in code_cells.nth(i).evaluate(EDITOR_TEXT)]
+    assert len(stubs) == len(answers), (
+        f"the student copy has {len(stubs)} answer cells (with YOUR CODE HERE), the source notebook "
+        f"{len(answers)} cells with solution regions")
+    for i, source in zip(stubs, answers):
+        cell = code_cells.nth(i)
+        shown = cell.evaluate(EDITOR_TEXT)
+        assert _without_stubs(shown) == _outside_regions(source), (
+            f"code cell {i} of the student copy does not match the source cell outside its solution regions:\n"
+            f"{shown}\n--- source ---\n{source}")
+        answer = _filled(source)
+        cell.locator(".cm-content").click()
+        page.keyboard.press("Control+a")
+        page.keyboard.insert_text(answer)
+        page.keyboard.press("Escape")              # back to command mode
+        typed = cell.evaluate(EDITOR_TEXT)
+        assert typed.rstrip() == answer.rstrip(), (
+            f"code cell {i} reads, after editing:\n{typed}\n--- wanted ---\n{answer}")
+    print(f"{len(answers)} answer cells filled after {time.monotonic() - t0:.1f} s")
+
+    # -- Run > Run All Cells
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-item:visible", has_text=re.compile(r"^Run All Cells")).first.click()
+
+    def done(s):
+        if s["stderr"]:
+            return True                            # stop waiting: the assertions below say what
+        return (s["kernel"] == "idle" and len(s["prompts"]) == n
+                and all(re.fullmatch(r"\[\d+\]:", p.strip()) for p in s["prompts"]))
+    try:
+        state = _wait(page, done, RUN_ALL, "Run All Cells finishes (every code cell numbered, kernel idle)")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- JupyterLab's log ---\n{server_log()}") from None
+    print(f"Run All Cells done after {time.monotonic() - t0:.1f} s")
+
+    # -- what the page shows
+    assert not state["stderr"], "cells show stderr or a traceback:\n" + "\n---\n".join(state["stderr"])
+    tables = page.evaluate(TABLES)
+    naive = [t for t in tables if re.search(r"\bnaive\b", t["title"]) and "coalesced" not in t["title"]]
+    assert len(naive) == 1, f"one self-check table for the naive kernel, found: {[t['title'] for t in tables]}"
+    rows = {r[0]: r[1:] for r in naive[0]["rows"] if r}
+    assert {"correctness", "races", "performance"} <= rows.keys(), rows
+    assert rows["correctness"][0] == "passed", rows["correctness"]
+    assert rows["races"][0] == "passed", rows["races"]
+    assert rows["performance"][0] == "not graded", rows["performance"]
+    assert "not graded: no GPU" in " ".join(rows["performance"]), rows["performance"]
+    for check, (status, *_) in rows.items():
+        assert status in ("passed", "not graded"), f"{check}: {rows[check]}"
+    for t in tables:                           # the reference passes every self-check on the page
+        failed = [r for r in t["rows"] if len(r) > 1 and r[1] not in ("passed", "not graded")]
+        assert not failed, f"{t['title']}: {failed}"
+
+    # -- a picture of it
+    table = page.locator(".jp-Notebook .sgemm-grader").nth(tables.index(naive[0]))
+    table.scroll_into_view_if_needed()
+    SHOT.parent.mkdir(parents=True, exist_ok=True)
+    cell = table.locator("xpath=ancestor::div[contains(concat(' ', normalize-space(@class), ' '), ' jp-Cell ')][1]")
+    cell.screenshot(path=str(SHOT))          # the self-check cell: its code and the table
+    print(f"screenshot: {SHOT}")
+    print(f"the whole student session took {time.monotonic() - t0:.1f} s")

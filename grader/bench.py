@@ -26,6 +26,7 @@ import numpy as np
 
 from .command import ROOT, recorded_command
 from .perf import NO_GPU
+from .stages import stage
 
 DEFAULT_SIZES = "1024,2048,4096,8192,4000x3000x2000"
 EMULATOR_SHAPES = [(17, 33, 9), (128, 64, 96), (257, 129, 65)]
@@ -337,17 +338,19 @@ def roofline(records, cublas_records, peak, bandwidth, path: Path, name: str):
     ax.loglog(x, np.minimum(peak, x * bandwidth) / 1e9, "k-", label="roofline")
     ax.axhline(peak / 1e9, color="gray", ls=":", label=f"FP32 peak {peak / 1e12:.1f} TFLOPS")
     ax.loglog(x, x * bandwidth / 1e9, color="gray", ls="--", label=f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
-    points = [(r["stage"], r["gflops"]) for r in records
+    points = [(r["stage"], stage(r["stage"]).tile_intensity(), r["gflops"]) for r in records
               if r["M"] == r["N"] == r["K"] == n and r["status"] == "ok"]
-    points += [("cuBLAS", c["gflops"]) for c in cublas_records if c["M"] == c["N"] == c["K"] == n and c["gflops"]]
-    # Every stage moves the same minimum traffic, so they share one x: the legend names them.
+    points += [("cuBLAS (at the minimum traffic)", ai, c["gflops"]) for c in cublas_records
+               if c["M"] == c["N"] == c["K"] == n and c["gflops"]]
+    # Each stage sits at the intensity its block tile gives (Stage.tile_intensity); the legend names them.
     colors = plt.get_cmap("tab20").colors
-    for i, (label, g) in enumerate(sorted(points, key=lambda p: -p[1])):
-        ax.plot([ai], [g], "o", color=colors[i % len(colors)], label=f"{label}: {g / 1e3:.1f} TFLOPS")
-    ax.set_xlabel("arithmetic intensity (FLOP/byte, minimum traffic 4(MK+KN+MN))")
+    for i, (label, x_i, g) in enumerate(sorted(points, key=lambda p: -p[2])):
+        ax.plot([x_i], [g], "o", color=colors[i % len(colors)], label=f"{label}: {g / 1e3:.1f} TFLOPS")
+    ax.axvline(ai, color="gray", ls="-.", lw=0.8, label=f"{n}^3 with minimum traffic: {ai:.0f} FLOP/byte")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte of global memory; a stage: what its block tile reads)")
     ax.set_ylabel("GFLOPS")
     ax.set_title(f"SGEMM {n}^3 on {name}")
-    ax.legend(loc="upper left", fontsize=7)
+    ax.legend(loc="lower right", fontsize=7)   # upper left is where the one-element stages sit
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

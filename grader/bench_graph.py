@@ -1,4 +1,4 @@
-"""Benchmark of labs 3 and 4 (python -m grader.bench_graph --out DIR).
+"""Benchmark of labs 7 and 8 (python -m grader.bench_graph --out DIR).
 
 On a GPU: the top-2 reduction (solutions/top2.cu) on a 16384 x 16384 C, its
 bandwidth (bytes of C read / time) as a fraction of the measured

@@ -3,6 +3,7 @@
     grader.check(exercise, submission, checks=None, seed=None)  -> CheckReport (every check, or some)
     grader.grade(exercise, submission, check, points)           -> points earned (one hidden test cell)
     grader.grade_answer(value, expected, points, rtol=, atol=)  -> points earned (a numeric question)
+    grader.sanity_check(value, low, high, unit)                 -> prints whether an answer looks plausible
     grader.use_backend()                                        -> the Backend, chosen and announced once
 
 exercise: an id of grader.exercises (an SGEMM stage such as "smem-tiling",
@@ -117,3 +118,23 @@ def grade_answer(value, expected: float, points: float, rtol: float = 1e-5, atol
         within = f"within {rtol:.2%} of the expected value" if rtol else f"within {atol:g} of the expected value"
         print(f"[FAIL] your answer {shown} is not right yet (it must be a number {within})")
     return float(points) if ok else 0.0
+
+
+def sanity_check(value, low: float, high: float, unit: str = "") -> bool:
+    """The visible half of a numeric question's test cell: says (stdout, never
+    raising) whether the answer is missing, not a number, or outside the
+    plausible range [low, high], without the expected value. The hidden test
+    (grade_answer) grades it; this only catches slips early (units, a factor of 1000)."""
+    unit = f" {unit}" if unit else ""
+    if value is None:
+        print("not answered yet: replace None with your answer (a number or arithmetic of numbers)")
+        return False
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(float(value)):
+        print(f"your answer must be a finite number, not {value!r} ({type(value).__name__})")
+        return False
+    if not low <= float(value) <= high:
+        print(f"your answer {float(value):.6g}{unit} is outside the plausible range {low:g} to {high:g}{unit}: "
+              "check the units and the formula")
+        return False
+    print(f"your answer {float(value):.6g}{unit} is in the plausible range (the hidden test checks its value)")
+    return True

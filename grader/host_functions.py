@@ -1,4 +1,4 @@
-"""A student's host function (Python calling kernels, lab 3's `minimums(A, B)`)
+"""A student's host function (Python calling kernels, lab 7's `minimums(A, B)`)
 as text, so that it is graded like a kernel: in a fresh process, from source.
 
 Why text: a function object cannot cross a process boundary, and a grading

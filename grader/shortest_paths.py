@@ -1,6 +1,6 @@
-"""Lab 4, shortest paths on the grid graph of C: host drivers for the kernels
+"""Lab 8, shortest paths on the grid graph of C: host drivers for the kernels
 of solutions/sssp.cu (sssp_relax, relaunched until a round changes nothing,
-and sssp_path, the walk back from the target), lab 4 end to end on the
+and sssp_path, the walk back from the target), lab 8 end to end on the
 device, and the references (scipy's Dijkstra, one float32 Bellman-Ford sweep).
 
 The graph: a vertex per cell of C, edges between 4-neighbours, the edge
@@ -74,7 +74,7 @@ def sssp_path(path_kernel, c_ptr, dist_ptr, M: int, N: int, source: int, target:
 
 def shortest_paths(A: np.ndarray, B: np.ndarray, sssp_source: str | None = None, top2_function=None,
                    max_rounds: int | None = None, functions=None) -> dict:
-    """Lab 4 end to end, on the device: C, its two minimums, both distance maps
+    """Lab 8 end to end, on the device: C, its two minimums, both distance maps
     (read back: they are the output), the path from the first minimum to the second."""
     fns = functions or SSSP.compile(sssp_source)[0]
     top2_function = top2_function or top2.TOP2.compile()[0]["top2"]

@@ -54,6 +54,14 @@ class Stage:
     def launch(self, M: int, N: int, K: int, defines: dict | None = None) -> Launch:
         return self.launch_rule(M, N, K, {**self.defines, **(defines or {})})
 
+    def tile_intensity(self) -> float:
+        """FLOP per byte of global-memory traffic that the block tile implies when
+        no cache helps: a BM x BN tile reads BM + BN floats per step of k for
+        2 BM BN FLOPs (one element per thread, as in the naive kernel: 1 x 1)."""
+        d = self.defines
+        bm, bn = d.get("BM", d.get("TILE", 1)), d.get("BN", d.get("TILE", 1))
+        return bm * bn / (2 * (bm + bn))
+
 
 def _one_thread_per_element_naive(M, N, K, d) -> Launch:
     return Launch(grid=(cdiv(M, 32), cdiv(N, 32), 1), block=(32, 32, 1))

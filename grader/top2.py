@@ -1,4 +1,4 @@
-"""Lab 3, the two minimums of C = A B: host drivers for the kernels of
+"""Lab 7, the two minimums of C = A B: host drivers for the kernels of
 solutions/top2.cu (a reduction over C) and solutions/sgemm-top2.cu (SGEMM
 with the reduction fused into its epilogue), the numpy reference, and the
 reference host function `minimums(A, B)`.
@@ -91,7 +91,7 @@ def sgemm_on_device(A: np.ndarray, B: np.ndarray, stage_id: str = SGEMM_STAGE, f
 
 
 def minimums(A: np.ndarray, B: np.ndarray, top2_function=None):
-    """The reference host function of lab 3: SGEMM on the GPU, then top2 on the
+    """The reference host function of lab 7: SGEMM on the GPU, then top2 on the
     GPU; only 16 bytes come back. ((value, row, col), (value, row, col))."""
     top2_function = top2_function or TOP2.compile()[0]["top2"]
     c, M, N = sgemm_on_device(A, B)

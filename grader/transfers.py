@@ -1,4 +1,4 @@
-"""Count the bytes copied device -> host: lab 3's host function must bring
+"""Count the bytes copied device -> host: lab 7's host function must bring
 back only the two minimums' keys, not C.
 
 Layer: kernels and host drivers (imports the backend).

@@ -108,7 +108,8 @@ def _outside_regions(source: str) -> list[str]:
 
 
 def _without_stubs(text: str) -> list[str]:
-    return [line.rstrip() for line in text.split("\n") if line.strip() not in STUB_LINES]
+    return [line.rstrip() for line in text.split("\n")
+            if line.strip() not in STUB_LINES and not line.rstrip().endswith("= None  # YOUR ANSWER HERE")]
 
 
 def _answers() -> list[str]:
@@ -326,9 +327,9 @@ def _student_session(page, url, server_log, release):
     answers = _answers()
     assert answers, "no solution regions (// BEGIN SOLUTION, ### BEGIN SOLUTION) in the source notebook"
     stubs = [i for i in range(code_cells.count())
-             if "YOUR CODE HERE" in code_cells.nth(i).evaluate(EDITOR_TEXT)]
+             if re.search(r"YOUR (CODE|ANSWER) HERE", code_cells.nth(i).evaluate(EDITOR_TEXT))]
     assert len(stubs) == len(answers), (
-        f"the student copy has {len(stubs)} answer cells (with YOUR CODE HERE), the source notebook "
+        f"the student copy has {len(stubs)} answer cells (YOUR CODE/ANSWER HERE), the source notebook "
         f"{len(answers)} cells with solution regions")
     for i, source in zip(stubs, answers):
         cell = code_cells.nth(i)

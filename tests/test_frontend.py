@@ -141,3 +141,26 @@ def test_regrade_cell_recomputes_answers_and_says_when_it_cannot():
                  'grader.grade("naive", NO_SUCH_SOURCE, "correctness", points=3)'):
         r = regrade_cell(test, cells, values)
         assert r.score is None and r.note.startswith("not recomputed:"), (test, r)
+
+
+def test_sanity_check_says_missing_wrong_type_implausible_and_plausible(capsys):
+    import grader
+    assert not grader.sanity_check(None, 50, 5000, "FLOP/byte")
+    assert not grader.sanity_check("682", 50, 5000, "FLOP/byte")
+    assert not grader.sanity_check(682_666.7, 50, 5000, "FLOP/byte")
+    assert not grader.sanity_check(float("nan"), 50, 5000, "FLOP/byte")
+    assert grader.sanity_check(682.7, 50, 5000, "FLOP/byte")
+    out = capsys.readouterr()
+    lines = out.out.strip().splitlines()
+    assert out.err == "" and len(lines) == 5
+    assert "not answered yet" in lines[0] and "finite number" in lines[1]
+    assert "outside the plausible range 50 to 5000 FLOP/byte" in lines[2] and "finite number" in lines[3]
+    assert "in the plausible range" in lines[4]
+
+
+def test_release_answers_are_none_so_the_copy_runs_top_to_bottom():
+    from grader.nbgrader_ext import answer_stub
+    assert answer_stub(["AI = 2 * 4096**3 / (4 * 3 * 4096**2)"]) == ["AI = None  # YOUR ANSWER HERE"]
+    assert answer_stub(["A = 1", "B = A + 1"]) == ["A = None  # YOUR ANSWER HERE", "B = None  # YOUR ANSWER HERE"]
+    assert answer_stub(["    c, M, N = top2.sgemm_on_device(A, B)", "    return c"]) is None     # code: nbgrader's stub
+    assert answer_stub(["x.y = 3"]) is None

@@ -1,4 +1,4 @@
-"""Lab 3: the top-2 reduction and the fused SGEMM + top-2 (solutions/top2.cu,
+"""Lab 7: the top-2 reduction and the fused SGEMM + top-2 (solutions/top2.cu,
 solutions/sgemm-top2.cu) pass every check; broken variants fail with the
 expected message."""
 from __future__ import annotations

@@ -18,8 +18,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 LAB1, NB1 = "01-naive-coalesced", "naive-coalesced"
 LAB2, NB2 = "02-smem-tiling", "smem-tiling"
-LAB3, NB3 = "03-minimums", "minimums"
-LAB4, NB4 = "04-shortest-paths", "shortest-paths"
+LAB3, NB3 = "07-minimums", "minimums"
+LAB4, NB4 = "08-shortest-paths", "shortest-paths"
 NOTEBOOK = {LAB1: NB1, LAB2: NB2, LAB3: NB3, LAB4: NB4}
 
 pytest.importorskip("nbgrader")
@@ -189,7 +189,7 @@ def test_release_has_no_solutions(course):
         text = (course / "release" / assignment / f"{name}.ipynb").read_text()
         assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
         assert "HIDDEN TESTS" not in text and "grader.grade(" not in text
-        assert "// YOUR CODE HERE" in text and "raise NotImplementedError()" in text
+        assert "// YOUR CODE HERE" in text and "= None  # YOUR ANSWER HERE" in text
         for body_line in ("sum += A[row * K + k] * B[k * N + col];", "__syncthreads();", "As[ty][tx] ="):
             assert body_line not in text
         nb = nbformat.reads(text, as_version=4)
@@ -271,7 +271,7 @@ def test_regrade_cli(course):
 
 
 # One graded result per lab, changed in the gradebook: a kernel check, a kernel
-# check, the host function, a kernel of lab 4; regrade recomputes every cell.
+# check, the host function, a kernel of lab 8; regrade recomputes every cell.
 TAMPERED = {LAB1: "naive-races", LAB2: "smem-tiling-correctness", LAB3: "host-function-test",
             LAB4: "sssp-sssp-path"}
 

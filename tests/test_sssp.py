@@ -1,4 +1,4 @@
-"""Lab 4: shortest paths on the grid graph of C (solutions/sssp.cu) pass every
+"""Lab 8: shortest paths on the grid graph of C (solutions/sssp.cu) pass every
 check; an SSSP that stops one sweep early fails with the expected message."""
 from __future__ import annotations
 

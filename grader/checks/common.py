@@ -36,7 +36,7 @@ def does_not_compile(name: str, error: CompileFailed, seed: int | None = None) -
 
 
 def start_kernels(name: str, kernels: Kernels, source: str, seed: int | None, on_emulator: bool = False):
-    """How a check of labs 3 and 4 starts: (seed, {kernel: Function}, compiler
+    """How a check of labs 7 and 8 starts: (seed, {kernel: Function}, compiler
     log), or the failed CheckResult when the source does not compile."""
     seed = new_seed() if seed is None else int(seed)
     try:

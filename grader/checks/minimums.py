@@ -1,4 +1,4 @@
-"""Lab 3 checks: the top-2 reduction (solutions/top2.cu), the fused SGEMM +
+"""Lab 7 checks: the top-2 reduction (solutions/top2.cu), the fused SGEMM +
 top-2 (solutions/sgemm-top2.cu) and a host function minimums(A, B).
 
     run_top2(source, seed)        exact against numpy on adversarial arrays (ties, both minimums in one

@@ -1,4 +1,4 @@
-"""Lab 4 checks: shortest paths on the grid graph of C (solutions/sssp.cu).
+"""Lab 8 checks: shortest paths on the grid graph of C (solutions/sssp.cu).
 
 Convention: one vertex per cell of C, edges between 4-neighbours, the edge
 u -> v weighs C[v] (entering v costs C[v]); the source's own cost is not

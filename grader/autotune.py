@@ -24,12 +24,14 @@ import json
 import os
 import sys
 import time
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from .stages import WARPTILE_PARAMS as PARAMS, warptile_shared_bytes
+from .autotune_rules import (REGISTER_OVERHEAD, a_groups_per_thread, bank_conflicts,  # noqa: F401 (its API)
+                             conflict_degree, derived, device_limits, register_budget, registers_needed,
+                             rule_violations, violations)
+from .stages import WARPTILE_PARAMS as PARAMS
 
 SPACE = {   # narrowed by earlier sweeps on the H200: TM = 8, TN = 4 and warp tiles up to 64 won there
     "BM": (64, 128, 256),
@@ -44,132 +46,6 @@ SPACE = {   # narrowed by earlier sweeps on the H200: TM = 8, TN = 4 and warp ti
     "STAGES": (2, 3, 4),
     "MIN_BLOCKS": (1, 2),
 }
-REGISTER_OVERHEAD = 40        # addresses, indices, loop counters: measured 34-45 with ptxas -v
-
-
-@lru_cache(maxsize=None)
-def device_limits():
-    """Shared memory and registers of an SM of device 0 (the emulator's: the H200's)."""
-    from .occupancy import device_limits
-    return device_limits()
-
-
-# ---- constraints, checked before compiling ------------------------------------
-def derived(c: dict) -> dict:
-    wmiter = (c["WM"] * c["WN"]) // (32 * c["TM"] * c["TN"] * c["WNITER"]) if c["WNITER"] else 0
-    d = {"WMITER": wmiter}
-    if wmiter:
-        d["WSUBM"] = c["WM"] // wmiter
-        d["WSUBN"] = c["WN"] // c["WNITER"]
-        d["LC"] = d["WSUBN"] // c["TN"] if c["TN"] else 0
-    return d
-
-
-def a_groups_per_thread(c: dict) -> int:
-    """Groups of 4 floats of the A tile each thread loads (LA4 in the kernel)."""
-    return -(-c["BM"] * c["BK"] // 4 // c["NUM_THREADS"])
-
-
-def registers_needed(c: dict) -> int:
-    """Accumulators, one k-step's fragments of A and B, the A tile in flight, and the rest."""
-    d = derived(c)
-    return (c["BM"] * c["BN"] // c["NUM_THREADS"] + d["WMITER"] * c["TM"] + c["WNITER"] * c["TN"]
-            + 4 * a_groups_per_thread(c) + REGISTER_OVERHEAD)
-
-
-def conflict_degree(accesses: list[tuple[int, int]], width: int) -> int:
-    """Bank-conflict degree (1: none) of one warp-wide shared access: accesses
-    are (lane, byte address) of the lanes taking part, all `width` bytes wide,
-    under the emulator's bank rule."""
-    from .emulator.analysis import bank_wavefronts
-    return max(1, bank_wavefronts(dict(accesses), width).max_ways)
-
-
-def bank_conflicts(c: dict) -> list[str]:
-    """Every shared-memory access pattern of the kernel, warp by warp: the
-    names of those with a conflict (empty: conflict free)."""
-    d = derived(c)
-    BM, BN, BK, NT = c["BM"], c["BN"], c["BK"], c["NUM_THREADS"]
-    S = BM + 4
-    as_addr = lambda k, m: 4 * (k * S + m)                       # noqa: E731
-    bs_addr = lambda k, n: 4 * (BK * S) + 4 * (k * BN + n)         # noqa: E731 (Bs after As)
-    bad = []
-
-    def check(name, width, pattern):
-        for w in range(NT // 32):
-            for r in range(pattern_reps[name]):
-                acc = [(lane, a) for lane in range(32) if (a := pattern(32 * w + lane, r)) is not None]
-                deg = conflict_degree(acc, width) if acc else 1
-                if deg > 1:
-                    bad.append(f"{name}: {deg}-way (warp {w})")
-                    return
-
-    LB = BK * BN // NT
-    pattern_reps = {}
-
-    def a_group(t, r):      # (k, m) of group t + r NT of the A tile, as a_col and a_row in the kernel
-        e = t + r * NT
-        return 4 * ((e // 16) % (BK // 4)), e % 16 + 16 * (e // (4 * BK))
-
-    groups = BM * BK // 4
-    for j in range(4):      # store_a: 4-byte stores, one per element of a group; lanes past the tile idle
-        name = f"As store (element {j})"
-        pattern_reps[name] = a_groups_per_thread(c)
-        check(name, 4, lambda t, r, j=j: (as_addr(a_group(t, r)[0] + j, a_group(t, r)[1])
-                                          if t + r * NT < groups else None))
-    pattern_reps["Bs copy, float4 path"] = LB // 4
-    check("Bs copy, float4 path", 16,
-          lambda t, r: bs_addr((t + r * NT) // (BN // 4), ((t + r * NT) % (BN // 4)) * 4))
-    pattern_reps["Bs store, scalar path"] = LB
-    check("Bs store, scalar path", 4, lambda t, r: bs_addr((t + r * NT) // BN, (t + r * NT) % BN))
-
-    def offs(tid):
-        warp, lane = tid // 32, tid % 32
-        wr, wc = warp // (BN // c["WN"]), warp % (BN // c["WN"])
-        return wr * c["WM"] + (lane // d["LC"]) * c["TM"], wc * c["WN"] + (lane % d["LC"]) * c["TN"]
-
-    for wm, i in itertools.product(range(d["WMITER"]), range(0, c["TM"], 4)):
-        name = f"As read (sub-tile {wm}, element {i})"
-        pattern_reps[name] = 1
-        check(name, 16, lambda t, r, wm=wm, i=i: as_addr(0, offs(t)[0] + wm * d["WSUBM"] + i))
-    for wn, j in itertools.product(range(c["WNITER"]), range(0, c["TN"], 4)):
-        name = f"Bs read (sub-tile {wn}, element {j})"
-        pattern_reps[name] = 1
-        check(name, 16, lambda t, r, wn=wn, j=j: bs_addr(0, offs(t)[1] + wn * d["WSUBN"] + j))
-    return bad
-
-
-def violations(c: dict, limits=None) -> list[str]:
-    """Why the kernel cannot be built or run with c (empty: valid). Mirrors
-    the static_asserts of solutions/warptiling.cu, plus the resource limits
-    of `limits` (an occupancy.Limits; default: device 0's)."""
-    BM, BN, BK, WM, WN, WNITER, TM, TN, NT, STAGES, MIN_BLOCKS = (c[p] for p in PARAMS)
-    L = limits or device_limits()
-    why = []
-    if NT > 1024 or NT % 32:
-        return ["NUM_THREADS must be a multiple of 32, at most 1024"]
-    if BM % WM or BN % WN or NT != 32 * (BM // WM) * (BN // WN):
-        return ["NUM_THREADS must be 32 per WM x WN warp tile of the BM x BN block tile"]
-    d = derived(c)
-    if d["WMITER"] < 1 or (WM * WN) % (32 * TM * TN * WNITER) or WM % d["WMITER"] or WN % WNITER:
-        return ["a warp tile must split into WMITER x WNITER sub-tiles of 32 lanes x TM x TN"]
-    if d["WSUBN"] % TN or d["LC"] == 0 or 32 % d["LC"] or (32 // d["LC"]) * TM != d["WSUBM"]:
-        return ["the 32 lanes must cover a WSUBM x WSUBN sub-tile exactly"]
-    if TM % 4 or TN % 4:
-        why.append("TM and TN must be multiples of 4 (float4 reads)")
-    if BM % 32 or BN % 32 or BK % 8:
-        why.append("BM and BN must be multiples of 32, BK of 8 (load maps, padding)")
-    if (BK * BN // 4) % NT:
-        why.append("the B tile (float4) must split evenly over the threads")
-    if MIN_BLOCKS * (warptile_shared_bytes(c) + L.smem_reserved_per_block) > L.smem_per_sm:
-        why.append(f"shared memory: {MIN_BLOCKS} x {warptile_shared_bytes(c)} B does not fit in an SM")
-    budget = min(L.max_regs_per_thread, L.regs_per_sm // (MIN_BLOCKS * NT) // 8 * 8)
-    if registers_needed(c) > budget:
-        why.append(f"about {registers_needed(c)} registers per thread > {budget} "
-                   f"({MIN_BLOCKS} blocks of {NT} threads per SM)")
-    if not why:
-        why += [f"bank conflict, {b}" for b in bank_conflicts(c)]
-    return why
 
 
 def candidates() -> tuple[list[dict], int]:

@@ -1,15 +1,22 @@
 """The one check registry: every exercise of every lab and the checks that
 grade it.
 
-    exercise            submission                       checks
-    an SGEMM stage id   CUDA C holding the stage kernel  compiles, correctness, races, bank-conflicts,
-                        ("naive", "smem-tiling", ...)    performance
-    "top2"              CUDA C (solutions/top2.cu)       top2-exact, top2-races
-    "sgemm-top2"        CUDA C (solutions/sgemm-top2.cu) sgemm-top2-exact, sgemm-top2-races
-    "sssp"              CUDA C (solutions/sssp.cu)       sssp-distances, sssp-path
-    "minimums-host"     Python defining minimums(A, B)   host-transfers
-                        (see grader.host_functions)
+    lab  exercise              submission                         checks
+    01-06 an SGEMM stage id    CUDA C holding the stage kernel    compiles, correctness, races, bank-conflicts,
+         ("naive", ...)                                           performance (+ EXTRA_CHECKS of some stages)
+    00   "pycuda-matmul"       Python defining matmul(A, B)       matmul-correct, matmul-float64
+    00   "pycuda-gflops"       Python defining gflops(M, N, K, s) gflops-formula
+    00   "pycuda-timing"       Python defining time_matmul(...)   timing-form, timing-plausible
+    03   "blocks-per-sm"       Python defining blocks_per_sm(...) h200-limits, cuda-occupancy-api
+    04   "transpose"           CUDA C (solutions/transpose.cu)    transpose-correctness, -races, -bank-conflicts
+    06   "autotune-violations" Python defining violations(...)    rules-tiles, rules-resources
+    06   "autotune-search"     Python defining search(...)        search-fake-space, search-tuned-performance
+    07   "top2"                CUDA C (solutions/top2.cu)         top2-exact, top2-races
+    07   "sgemm-top2"          CUDA C (solutions/sgemm-top2.cu)   sgemm-top2-exact, sgemm-top2-races
+    07   "minimums-host"       Python defining minimums(A, B)     host-transfers
+    08   "sssp"                CUDA C (solutions/sssp.cu)         sssp-distances, sssp-path
 
+Python submissions are graded from their source (grader.host_functions).
 Every check has one interface, run(submission: str, seed: int | None) ->
 CheckResult (an SGEMM check's stage is bound here), and a time limit for the
 whole grading process. A numeric question is not an exercise: its expected
@@ -23,13 +30,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
-from .checks import bank_conflicts, compiles, correctness, minimums, performance, races, sssp
+from .checks import (alignment, autotune_search, bank_conflicts, bank_conflicts_configs, compiles, correctness,
+                     minimums, occupancy_function, performance, pycuda_host, races, sssp, transpose)
 from .report import CheckResult
 from .stages import STAGES, Stage
 
 # Seconds per check (the whole grading process: start, compile, every launch).
 SGEMM_TIMEOUTS = {"compiles": 120, "correctness": 240, "races": 240, "bank-conflicts": 240, "performance": 480}
-LABS_3_4_TIMEOUT = 300
+KERNEL_TIMEOUT = 300        # the other kernel exercises
+FUNCTION_TIMEOUT = 300      # a Python function
 
 
 @dataclass(frozen=True)
@@ -58,31 +67,70 @@ class Exercise:
         raise KeyError(f"no check '{name}' for '{self.id}'; checks: {', '.join(self.check_names)}")
 
 
+SGEMM_CHECKS = {"compiles": compiles, "correctness": correctness, "races": races,
+                "bank-conflicts": bank_conflicts, "performance": performance}
+# Checks some stages add, each placed before the named check: the float4 path and its
+# fallback (lab 05), the padding under other tile configurations (lab 04).
+EXTRA_CHECKS = {"vectorized": [(alignment, "races")], "double-buffering": [(alignment, "races")],
+                "bank-conflict-free": [(bank_conflicts_configs, "performance")]}
+
+
 def _stage_exercise(st: Stage) -> Exercise:
     hint = "an endless loop? a __syncthreads() some threads never reach?"
-    modules = {"compiles": compiles, "correctness": correctness, "races": races,
-               "bank-conflicts": bank_conflicts, "performance": performance}
-    return Exercise(st.id, st.title, tuple(Check(name, partial(module.run, st), SGEMM_TIMEOUTS[name], hint)
-                                           for name, module in modules.items()))
+    modules = list(SGEMM_CHECKS.items())
+    for module, before in EXTRA_CHECKS.get(st.id, ()):
+        modules.insert([name for name, _ in modules].index(before), (module.NAME, module))
+    return Exercise(st.id, st.title, tuple(Check(name, partial(module.run, st), SGEMM_TIMEOUTS.get(name, 240), hint)
+                                           for name, module in modules))
 
 
-def _labs_3_4_check(name: str, run) -> Check:
-    return Check(name, run, LABS_3_4_TIMEOUT, "an endless loop? a relaxation that never stops changing?")
+def _kernel_check(name: str, run) -> Check:
+    return Check(name, run, KERNEL_TIMEOUT, "an endless loop? a __syncthreads() some threads never reach? "
+                 "a relaxation that never stops changing?")
+
+
+def _function_check(name: str, run, timeout: float = FUNCTION_TIMEOUT) -> Check:
+    return Check(name, run, timeout, "an endless loop in your function? a launch that never returns?")
 
 
 EXERCISES: dict[str, Exercise] = {st.id: _stage_exercise(st) for st in STAGES}
 EXERCISES.update({e.id: e for e in (
     Exercise("top2", "the two minimums of an array (top-2 reduction)",
-             (_labs_3_4_check("top2-exact", minimums.run_top2),
-              _labs_3_4_check("top2-races", minimums.run_top2_races))),
+             (_kernel_check("top2-exact", minimums.run_top2),
+              _kernel_check("top2-races", minimums.run_top2_races))),
     Exercise("sgemm-top2", "SGEMM with the top-2 reduction fused into its epilogue",
-             (_labs_3_4_check("sgemm-top2-exact", minimums.run_fused),
-              _labs_3_4_check("sgemm-top2-races", minimums.run_fused_races))),
+             (_kernel_check("sgemm-top2-exact", minimums.run_fused),
+              _kernel_check("sgemm-top2-races", minimums.run_fused_races))),
     Exercise("sssp", "shortest paths on the grid graph of C",
-             (_labs_3_4_check("sssp-distances", sssp.run_distances),
-              _labs_3_4_check("sssp-path", sssp.run_path))),
+             (_kernel_check("sssp-distances", sssp.run_distances),
+              _kernel_check("sssp-path", sssp.run_path))),
     Exercise("minimums-host", "a host function: the two minimums of C = A B, found on the GPU",
-             (_labs_3_4_check("host-transfers", minimums.run_host_source),), host_function=minimums.HOST_FUNCTION),
+             (_function_check("host-transfers", minimums.run_host_source),), host_function=minimums.HOST_FUNCTION),
+    Exercise("transpose", "a matrix transpose through a padded 32 x 33 shared tile",
+             (_kernel_check("transpose-correctness", transpose.run_correctness),
+              _kernel_check("transpose-races", transpose.run_races),
+              _kernel_check("transpose-bank-conflicts", transpose.run_bank_conflicts))),
+    Exercise("pycuda-matmul", "a host function: C = A B with sgemm_coalesced, written in PyCUDA",
+             (_function_check("matmul-correct", pycuda_host.run_matmul),
+              _function_check("matmul-float64", pycuda_host.run_matmul_float64)), host_function=pycuda_host.MATMUL),
+    Exercise("pycuda-gflops", "a host function: GFLOPS from M, N, K and seconds",
+             (_function_check("gflops-formula", pycuda_host.run_gflops),), host_function=pycuda_host.GFLOPS),
+    Exercise("pycuda-timing", "a host function: the median time of a launch, with CUDA events",
+             (_function_check("timing-form", pycuda_host.run_timing_form),
+              _function_check("timing-plausible", pycuda_host.run_timing_plausible)),
+             host_function=pycuda_host.TIMING),
+    Exercise("blocks-per-sm", "a host function: how many blocks of a kernel fit on one H200 SM",
+             (_function_check(occupancy_function.TABLE, occupancy_function.run_table, 120),
+              _function_check(occupancy_function.CUDA, occupancy_function.run_cuda)),
+             host_function=occupancy_function.HOST_FUNCTION),
+    Exercise("autotune-violations", "a host function: violations(config, limits), the rules checked before compiling",
+             (_function_check("rules-tiles", autotune_search.run_rules_tiles, 120),
+              _function_check("rules-resources", autotune_search.run_rules_resources, 120)),
+             host_function=autotune_search.VIOLATIONS),
+    Exercise("autotune-search", "a host function: search(candidates, reject_fn, check_fn, time_fn)",
+             (_function_check("search-fake-space", autotune_search.run_search_fake, 120),
+              _function_check("search-tuned-performance", autotune_search.run_search_gpu, 600)),
+             host_function=autotune_search.SEARCH),
 )})
 
 

@@ -9,6 +9,7 @@ work: it is kept unless --force.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -23,28 +24,37 @@ def labs() -> list[str]:
     return sorted(p.name for p in LABS.iterdir() if p.is_dir() and any(p.glob("*.ipynb")))
 
 
-def make_copy(lab: str, dest: Path, force: bool = False) -> list[Path]:
-    """Write the student copy of `lab` into dest/lab; the notebooks written."""
+@contextlib.contextmanager
+def scratch_course(*lab_names: str):
+    """(course folder, NbGraderAPI) of a temporary course holding these labs, with
+    the repository's nbgrader_config.py; removed afterwards."""
     from nbgrader.apps import NbGraderAPI          # an optional dependency (the "lab" extra)
     from traitlets.config.loader import PyFileConfigLoader
 
-    target = dest / lab
-    if target.exists() and any(target.glob("*.ipynb")) and not force:
-        raise FileExistsError(f"{target} already holds a copy (your work?): open it, or pass --force "
-                              "to replace it with a fresh one")
     with tempfile.TemporaryDirectory(prefix="sgemm-lab-") as tmp:
         course = Path(tmp)
         shutil.copy(ROOT / "nbgrader_config.py", course)
-        shutil.copytree(LABS / lab, course / "labs" / lab)
+        for lab in lab_names:
+            shutil.copytree(LABS / lab, course / "labs" / lab)
         config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
         config.CourseDirectory.root = str(course)
         # nbgrader runs `alembic` from PATH: this Python's scripts, even from a venv not activated
         path = os.environ.get("PATH", "")
         os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), path])
         try:
-            result = NbGraderAPI(config=config).generate_assignment(lab, force=True)
+            yield course, NbGraderAPI(config=config)
         finally:
             os.environ["PATH"] = path
+
+
+def make_copy(lab: str, dest: Path, force: bool = False) -> list[Path]:
+    """Write the student copy of `lab` into dest/lab; the notebooks written."""
+    target = dest / lab
+    if target.exists() and any(target.glob("*.ipynb")) and not force:
+        raise FileExistsError(f"{target} already holds a copy (your work?): open it, or pass --force "
+                              "to replace it with a fresh one")
+    with scratch_course(lab) as (course, api):
+        result = api.generate_assignment(lab, force=True)
         if not result["success"]:
             raise RuntimeError(f"nbgrader could not make the copy:\n{result.get('error') or result.get('log')}")
         target.mkdir(parents=True, exist_ok=True)

@@ -159,6 +159,18 @@ __device__ __forceinline__ void store_a(const float4 (&ra)[LA4], float (*As)[AS_
     }
 }
 
+// Where this thread's results lie in the block tile: aOff, the row of its
+// first result, and bOff, the column (as the tiling above says: warp tile,
+// then the lane's place in a WSUBM x WSUBN sub-tile).
+__device__ __forceinline__ void thread_offsets(int& aOff, int& bOff)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warpRow = warp / (BN / WN), warpCol = warp % (BN / WN);
+    const int laneRow = lane / LC, laneCol = lane % LC;
+    aOff = warpRow * WM + laneRow * TM;
+    bOff = warpCol * WN + laneCol * TN;
+}
+
 // acc += the product of the tiles in shared memory, for this thread's results.
 __device__ __forceinline__ void compute_tile(const float (*As)[AS_STRIDE], const float (*Bs)[BN],
                                              int aOff, int bOff, float (&acc)[WMITER * TM][WNITER * TN])
@@ -233,12 +245,8 @@ sgemm_warptiling(int M, int N, int K, const float* A, const float* B, float* C)
     float (*As)[BK][AS_STRIDE] = reinterpret_cast<float (*)[BK][AS_STRIDE]>(smem);
     float (*Bs)[BK][BN] = reinterpret_cast<float (*)[BK][BN]>(smem + STAGES * BK * AS_STRIDE);
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int warpRow = warp / (BN / WN), warpCol = warp % (BN / WN);
-    const int laneRow = lane / LC, laneCol = lane % LC;
-    // Offsets in the block tile of this thread's first row and first column.
-    const int aOff = warpRow * WM + laneRow * TM;
-    const int bOff = warpCol * WN + laneCol * TN;
+    int aOff = 0, bOff = 0;             // this thread's first row and first column in the block tile
+    thread_offsets(aOff, bOff);
     const int rowBase = blockIdx.x * BM, colBase = blockIdx.y * BN;   // blocks run down the columns
     // float4 path: every row of A, B and C 16-byte aligned (same value in all threads).
     const bool vec = (N & 3) == 0 && (K & 3) == 0 &&

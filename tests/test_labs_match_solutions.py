@@ -35,11 +35,19 @@ def nbgrader(cell) -> dict:
     return cell.metadata.get("nbgrader", {})
 
 
-def kernel_strings(nb) -> list[tuple[str, str]]:
-    """(variable, string) for every string literal holding a __global__ kernel in an answer cell."""
+# Given (locked) kernel cells that differ from solutions/ on purpose; every other given kernel is a reference.
+VARIANTS = {"unpadded-kernel": "lab 4: the bank-conflict-free kernel without its padding, shown for its conflict report"}
+
+
+def kernel_strings(nb, given: bool = False) -> list[tuple[str, str]]:
+    """(variable, string) for every string literal holding a __global__ kernel in an answer cell
+    (given: in a locked cell the student reads but does not write, variants excepted)."""
     found = []
     for cell in nb.cells:
-        if cell.cell_type != "code" or not nbgrader(cell).get("solution"):
+        meta = nbgrader(cell)
+        wanted = (meta.get("locked") and not meta.get("solution") and meta.get("grade_id") not in VARIANTS) \
+            if given else meta.get("solution")
+        if cell.cell_type != "code" or not wanted:
             continue
         for stmt in ast.parse(cell.source).body:
             if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) \
@@ -51,10 +59,10 @@ def kernel_strings(nb) -> list[tuple[str, str]]:
 def reference_of(solution: str) -> str:
     """Which solutions/<name>.cu a kernel string is (by its kernel's name)."""
     from grader.stages import STAGES
-    names = [s.id for s in STAGES if f"void {s.kernel}(" in solution]
+    names = sorted({s.source_path.stem for s in STAGES if any(f"{c}{s.kernel}(" in solution for c in " \n")})
     if not names:            # labs 7 and 8: the kernels of grader.top2 and grader.shortest_paths
-        from grader import shortest_paths, top2
-        names = [Path(k.file).stem for k in (top2.TOP2, top2.FUSED, shortest_paths.SSSP)
+        from grader import shortest_paths, top2, transpose
+        names = [Path(k.file).stem for k in (top2.TOP2, top2.FUSED, shortest_paths.SSSP, transpose.TRANSPOSE)
                  if f"void {k.names[0]}(" in solution]
     assert len(names) == 1, f"which stage? {names}"
     return names[0]
@@ -80,7 +88,13 @@ def test_there_are_labs():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.parent.name)
 def test_solution_regions_are_the_reference_kernels(path):
     kernels = kernel_strings(read(path))
-    assert kernels, f"{path}: no kernel cell"
+    given = kernel_strings(read(path), given=True)
+    assert kernels or given, f"{path}: no kernel cell"
+    for var, text in given:
+        name = reference_of(text)
+        assert text == (REPO / "solutions" / f"{name}.cu").read_text(), (
+            f"{path.name}: the given kernel {var} differs from solutions/{name}.cu: change both together "
+            "(or list its cell in VARIANTS, with why)")
     for var, text in kernels:
         assert BEGIN in text and END in text, f"{path.name}: {var} has no `{BEGIN}` ... `{END}` region"
         solution = strip_solution_markers(text)

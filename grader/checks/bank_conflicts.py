@@ -1,6 +1,7 @@
 """Shared-memory bank conflicts from the emulator's analysis. Graded for
 stages marked bank_conflict_free (any conflict fails, with the source line,
-the n-way and the bank picture); reported for information elsewhere."""
+the n-way and the bank picture; and only a kernel that computes C is
+credited: an empty kernel has no conflicts); reported for information elsewhere."""
 from __future__ import annotations
 
 import html as _html
@@ -42,6 +43,9 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
             failure = launch_failure(driver, e)
     if failure:
         return CheckResult(NAME, FAILED if graded else NOT_GRADED, f"M={M} N={N} K={K}: {failure}", 0.0)
+    C = np.empty((M, N), dtype=np.float32)
+    driver.memcpy_dtoh(C, c)
+    computed = sgemm.compare(C, A, B)
     records = sorted((r for r in report.bank_conflicts if r.wavefronts > r.ideal_wavefronts),
                      key=lambda r: (-r.max_ways, r.ideal_wavefronts - r.wavefronts, r.line))
     ld, st = int(report.conflicts_ld), int(report.conflicts_st)
@@ -60,6 +64,9 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
     if not graded:
         return CheckResult(NAME, NOT_GRADED, "not graded for this stage (information only)\n" + text, 0.0,
                            html=html or None, details=details, output=log)
-    ok = ld + st == 0 and not records
+    if ld + st == 0 and not records and not computed.ok:
+        text += (f"\nbut C is wrong ({computed.describe((M, N, K))}): only a kernel that computes C is credited "
+                 "with being free of bank conflicts")
+    ok = ld + st == 0 and not records and computed.ok
     return CheckResult(NAME, PASSED if ok else FAILED, text, 1.0 if ok else 0.0, html=html or None,
                        details=details, output=log)

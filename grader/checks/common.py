@@ -83,6 +83,13 @@ def launch_failure(driver, e: Exception) -> str:
                "fault": "the kernel read or wrote memory outside the arrays (a missing bounds check?)",
                "trap": "the kernel trapped (assert or __trap)"}.get(kind, "the launch failed")
         return f"{why}: {e}"
+    text = str(e)
+    # Real CUDA reports a fault at the next synchronising call, as the driver's words:
+    if "illegal memory access" in text or "misaligned address" in text:
+        return ("the kernel read or wrote memory outside the arrays, or at a misaligned address (a missing bounds "
+                f"check? a tile index past its tile?): {text}")
+    if "unspecified launch failure" in text or "illegal instruction" in text:
+        return f"the kernel faulted on the GPU: {text}"
     return f"{type(e).__name__}: {e}"
 
 

@@ -1,0 +1,136 @@
+"""Bank conflicts and correctness of an SGEMM stage under other tile
+configurations (-D values) than the stage's own, so that a kernel tuned to
+one shape (a padding that only works for BM = 128, a row length written as a
+number) does not pass by luck. Always on the emulator (its analysis counts the
+conflicts): for each configuration, C = A B on shapes that are not tile
+multiples, C NaN-poisoned inside guard zones, every element checked, and every
+shared-memory request of the launches served without a bank conflict.
+
+Also the conflict report that lab 4's checks share: `conflict_report(report)`.
+"""
+from __future__ import annotations
+
+import html as _html
+
+import numpy as np
+
+from .. import sgemm
+from ..backend import drivers
+from ..compiler import CompileFailed, compile_kernels
+from ..report import CheckResult
+from . import emulator_tools as analysis
+from .common import launch_errors, launch_failure, new_seed, run_guarded
+
+NAME = "bank-conflicts-configs"
+SHOW = 3
+
+# Valid for the bank-conflict-free stage (BM, BN multiples of 32, BK of 8, TM, TN of 4, the tiles of A and B
+# split over whole warps), each unlike the stage's (128, 128, 8, 8, 8) in BM, BK and TM or TN.
+CONFIGS = {
+    "bank-conflict-free": ({"BM": 64, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
+                           {"BM": 256, "BN": 64, "BK": 8, "TM": 8, "TN": 4}),
+}
+
+
+def configs(stage) -> tuple[dict, ...]:
+    return CONFIGS[stage.id]
+
+
+def shapes(d: dict) -> list[tuple[int, int, int]]:
+    """Two blocks in each direction, the second one partial, and a partial last step of K; one thin shape."""
+    return [(d["BM"] + 37, d["BN"] + 19, 2 * d["BK"] + 5), (3, 2 * d["BN"] + 5, d["BK"] + 3)]
+
+
+def conflicting(report) -> list:
+    """The access sites (source line, load or store) that took more wavefronts than ideal, worst first."""
+    return sorted((r for r in report.bank_conflicts if r.wavefronts > r.ideal_wavefronts),
+                  key=lambda r: (-r.max_ways, r.ideal_wavefronts - r.wavefronts, r.line))
+
+
+def conflict_report(report, show: int = 4) -> tuple[bool, str, str | None, dict]:
+    """(conflict-free, text, html or None, details) for the launches analysed in `report`:
+    each conflicting line with its n-way and wavefronts, the worst request's bank picture."""
+    records = conflicting(report)
+    ld, st = int(report.conflicts_ld), int(report.conflicts_st)
+    lines = [f"{ld} load and {st} store bank conflicts (extra shared-memory wavefronts, as Nsight Compute "
+             "counts them)"]
+    for r in records[:show]:
+        lines.append(f"line {r.line} ({'load' if r.op == 'ld' else 'store'}): {r.max_ways}-way bank conflict, "
+                     f"{r.wavefronts} wavefronts for {r.requests} requests where {r.ideal_wavefronts} would do")
+    if records:
+        lines.append(f"worst request (line {records[0].line}), thread to bank:\n{records[0].picture}")
+    html = "".join(f"<pre>line {r.line}, {r.max_ways}-way:\n{_html.escape(r.picture)}</pre>"
+                   for r in records[:2]) or None
+    return ld + st == 0 and not records, "\n".join(lines), html, {"conflicts_ld": ld, "conflicts_st": st}
+
+
+def _defines(d: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in d.items())
+
+
+def _one_config(stage, source: str, d: dict, rng, driver) -> tuple[bool, list[str], str | None]:
+    """(passed, lines, html) for one configuration."""
+    head = _defines(d)
+    try:
+        functions, _ = compile_kernels(source, [stage.kernel], stage.options(d), on_emulator=True)
+    except CompileFailed as e:
+        return False, [f"{head}: the kernel does not compile with these values:\n{e}"], None
+    function = functions[stage.kernel]
+    ok, lines, html, failed_launch = True, [], None, False
+    with analysis.thread_order(0), analysis.analysis() as report:
+        for M, N, K in shapes(d):
+            shape = f"{head}, M={M} N={N} K={K}"
+            A, B = sgemm.random_inputs(M, N, K, rng)
+            try:
+                C, before, after = run_guarded(driver, function, stage.launch(M, N, K, d), A, B)
+            except launch_errors(driver) as e:      # the message names the line, block and thread
+                ok, failed_launch = False, True
+                lines.append(f"{shape}: {launch_failure(driver, e)}")
+                break
+            problems = []
+            if len(before) or len(after):
+                problems.append(f"wrote outside C ({len(before)} float(s) before it, {len(after)} after its end)")
+            cmp = sgemm.compare(C, A, B)
+            if not cmp.ok:
+                r, c, want, got = cmp.first
+                problems.append(f"{cmp.wrong} of {M * N} elements of C wrong; first at row {r}, column {c}: "
+                                f"expected {want:.6g}, got {got:.6g}"
+                                + (" (never written: C was poisoned with NaN)" if np.isnan(got) else ""))
+            if problems:
+                ok = False
+                lines.append(f"{shape}: " + "; ".join(problems))
+            else:
+                lines.append(f"{shape}: C correct")
+    oob = list(report.out_of_bounds)
+    if oob and not failed_launch:
+        ok = False
+        lines.append(f"{head}: {len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
+                     + "\n  ".join(analysis.describe(f) for f in oob[:SHOW]))
+    free, text, html, _ = conflict_report(report)
+    ok = ok and free
+    lines.append(f"{head}: " + text.replace("\n", "\n    "))
+    return ok, lines, html
+
+
+def run(stage, source: str, seed: int | None = None) -> CheckResult:
+    seed = new_seed() if seed is None else int(seed)
+    driver, _ = drivers(on_emulator=True)
+    rng = np.random.default_rng(seed)
+    ok_all, lines, html = True, [], None
+    failed = []
+    for d in configs(stage):
+        ok, more, picture = _one_config(stage, source, d, rng, driver)
+        lines += more
+        if not ok:
+            ok_all = False
+            failed.append(_defines(d))
+            html = html or picture
+    own = _defines(dict(stage.defines))
+    if ok_all:
+        head = (f"correct and free of bank conflicts with {len(configs(stage))} other tile configurations too "
+                f"(the stage's own is {own}; random seed {seed})")
+    else:
+        head = (f"wrong or bank-conflicting with another tile configuration than the stage's own ({own}): "
+                f"{'; '.join(failed)} - is a size written as a number where a tile parameter (BM, BN, BK, TM, "
+                f"TN) belongs, or a padding that only works for one of them? (random seed {seed})")
+    return CheckResult.make(NAME, ok_all, head + "\n" + "\n".join(lines), html=html, details={"seed": seed})

@@ -24,6 +24,7 @@ import traceback
 from pathlib import Path
 
 from . import backend, emulator, exercises
+from .checks.common import DID_NOT_FINISH
 from .report import FAILED, CheckResult
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,8 +73,9 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
             out, _ = proc.communicate()
         out = (out or "").strip()
         if timed_out:
-            return CheckResult(check, FAILED, f"stopped after {timeout:.0f} s: the kernel hangs or is far too "
-                               f"slow ({spec.hang_hint})", 0.0, output=out[-4000:])
+            return CheckResult(check, FAILED, f"{DID_NOT_FINISH}: the grading process was stopped after "
+                               f"{timeout:.0f} s: the kernel hangs or is far too slow ({spec.hang_hint})", 0.0,
+                               details={"did_not_finish": True}, output=out[-4000:])
         if result_path.exists():
             try:
                 result = CheckResult.from_dict(json.loads(result_path.read_text()))
@@ -96,6 +98,8 @@ def _child() -> int:
     try:
         check = exercises.get(job["exercise"]).check(job["check"])
         result = check.run(job["submission"], job.get("seed"))
+        if emulator.stopped_launches():
+            result.details["did_not_finish"] = True
     except Exception as e:   # the one broad except: no check should raise, so this is a grader bug
         result = CheckResult(job["check"], FAILED, f"grader error (a bug in the grader, not in your code; tell "
                              f"your instructor): {type(e).__name__}: {e}", 0.0,

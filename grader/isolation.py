@@ -14,8 +14,10 @@ Layer: above the checks (imports the registry, the backend and the report).
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,14 +33,47 @@ ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_KEPT = 8000          # characters of captured output kept in a result
 
 
+# What a grading process inherits from its parent's environment: where programs
+# and the GPU driver are, the locale, and the grader's own settings. Nothing
+# else (PYTHONPATH, PYTHONSTARTUP, LD_PRELOAD, ...: a notebook cell could set
+# them to run its own code inside the grading process).
+INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "CXX", "LD_LIBRARY_PATH",
+             "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GRADER_THRESHOLDS",
+             "GRADER_EMULATOR_NVCC", "VIRTUAL_ENV", "CONDA_PREFIX", "SYSTEMROOT")
+
+_grading_cache: str | None = None
+
+
+def grading_cache() -> str:
+    """This process's private build cache (a fresh 0700 temporary folder,
+    removed at exit): grading processes build into it and load only from it,
+    never from the shared cache that notebook cells' own SourceModule builds use."""
+    global _grading_cache
+    if _grading_cache is None or not os.path.isdir(_grading_cache):
+        _grading_cache = tempfile.mkdtemp(prefix="grader-cache-")
+        atexit.register(shutil.rmtree, _grading_cache, True)
+    return _grading_cache
+
+
 def child_env(backend_name: str | None = None) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    """The environment of a grading process, built by the grader (not inherited)."""
+    env = {k: os.environ[k] for k in INHERITED if k in os.environ}
+    env["PATH"] = env.get("PATH") or os.defpath
+    env["PYTHONPATH"] = str(ROOT)
     env["GRADER_BACKEND"] = backend_name or backend.current().name
-    env.setdefault("MPLBACKEND", "Agg")
+    env["GRADER_EMULATOR_CACHE"] = grading_cache()
+    env["MPLBACKEND"] = "Agg"
     env["PYTHONWARNINGS"] = "ignore"
-    env.pop("NBGRADER_EXECUTION", None)
+    env["PYTHONNOUSERSITE"] = "1"
     return env
+
+
+def child_command() -> list[str]:
+    """`python -E -s`: no PYTHON* variables, no user site-packages; the grader
+    from ROOT, put first on the path only after start-up (a sitecustomize.py
+    planted anywhere on the parent's path is not imported)."""
+    return [sys.executable, "-E", "-s", "-c",
+            f"import sys; sys.path.insert(0, {str(ROOT)!r}); from grader.isolation import _child; sys.exit(_child())"]
 
 
 def _signal_name(code: int) -> str:
@@ -58,7 +93,7 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
         result_path = Path(tmp) / "result.json"
         job["result"] = str(result_path)
         job["launch_timeout"] = max(5.0, timeout * 0.8)
-        proc = subprocess.Popen([sys.executable, "-m", __name__], cwd=tmp, env=child_env(backend_name),
+        proc = subprocess.Popen(child_command(), cwd=tmp, env=child_env(backend_name),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True, text=True)
         try:
@@ -92,6 +127,8 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
 
 
 def _child() -> int:
+    import warnings
+    warnings.simplefilter("ignore")
     job = json.loads(sys.stdin.read())
     chosen = backend.current()            # GRADER_BACKEND, as the parent chose it
     emulator.set_launch_timeout(job["launch_timeout"])

@@ -1,7 +1,15 @@
 """Compile CUDA C for the emulator: the host C++ compiler builds a shared
 library; where nvcc is on PATH it also compiles the source for a real GPU,
 catching CUDA-only mistakes and reporting real register and shared-memory use.
-Both results are cached by a hash of everything that goes into them."""
+
+Both results are cached by a key, a hash of everything that goes into them
+(source, options, compiler, runtime), and verified on load: the key is
+compiled into the library itself (BUILD_KEY_MARK + key, read from the file's
+bytes before anything loads it) and the metadata next to it records the key
+and the library's SHA-256. A library copied over another key's entry, or
+edited, is rebuilt, never loaded. Graders point GRADER_EMULATOR_CACHE at a
+private folder of their own (grader.isolation), so that nothing a notebook
+writes into the shared cache is ever loaded by a grading process."""
 from __future__ import annotations
 
 import hashlib
@@ -26,6 +34,7 @@ ANALYSIS_FLAGS = ("-O1", "-gdwarf-4", "-fno-tree-sra", "-fsanitize=kernel-addres
                   "--param", "asan-globals=0", "--param", "asan-stack=0")
 SOURCE_NAME = "kernel.cu"
 NVCC_ARCH = "sm_90"
+BUILD_KEY_MARK = b"GRADER-EMU-BUILD-KEY:"
 
 
 class BuildError(Exception):
@@ -97,6 +106,31 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _key_definition(key: str, name: str) -> str:
+    """C source of a string holding the build key, kept in the library (`used`)."""
+    return (f'extern "C" __attribute__((used, visibility("hidden"))) const char {name}[] = '
+            f'"{BUILD_KEY_MARK.decode()}{key}";\n')
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def verified(lib: Path, key: str, meta: Path | None = None) -> bool:
+    """The cached library `lib` is the build of `key`: the key compiled into
+    it, and (with `meta`) the key and the library's SHA-256 recorded there."""
+    try:
+        data = lib.read_bytes()
+        if BUILD_KEY_MARK + key.encode() + b"\0" not in data:
+            return False
+        if meta is None:
+            return True
+        recorded = json.loads(meta.read_text())
+        return recorded.get("key") == key and recorded.get("sha256") == hashlib.sha256(data).hexdigest()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _run(cmd: list[str], cwd: str, timeout: float = 300) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
@@ -109,13 +143,14 @@ def runtime_library() -> Path:
     sources = b"".join((RUNTIME_DIR / f).read_bytes() for f in RUNTIME_SOURCES + RUNTIME_HEADERS + (RUNTIME_EXPORTS,))
     key = _digest(sources, _compiler_id(cxx()))
     lib = cache_dir() / f"libcudaemu-{key}.so"
-    if lib.exists():
+    if lib.exists() and verified(lib, key):
         return lib
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "libcudaemu.so"
+        Path(tmp, "build_key.cpp").write_text(_key_definition(key, "emu_runtime_build_key"))
         cmd = [cxx(), "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-U_FORTIFY_SOURCE", "-g",
                f"-Wl,--version-script={RUNTIME_DIR / RUNTIME_EXPORTS}",
-               *[str(RUNTIME_DIR / f) for f in RUNTIME_SOURCES], "-o", str(out)]
+               *[str(RUNTIME_DIR / f) for f in RUNTIME_SOURCES], str(Path(tmp, "build_key.cpp")), "-o", str(out)]
         proc = _run(cmd, tmp)
         if proc.returncode != 0:
             raise BuildError("the emulator runtime does not compile", proc.stderr, cmd)
@@ -294,7 +329,7 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
                   _compiler_id(cxx()), tool and _compiler_id(tool))
     lib = cache_dir() / f"kernel-{key}.so"
     meta = cache_dir() / f"kernel-{key}.json"
-    if lib.exists() and meta.exists():
+    if lib.exists() and meta.exists() and verified(lib, key, meta):
         return _load_meta(lib, meta)
 
     with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp:
@@ -317,7 +352,8 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
             if scan.returncode == 0:
                 decl = scan_declarations(scan.stdout)
                 Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c, scan=False, analysis=analysis) +
-                                                 registration_code(decl))
+                                                 registration_code(decl) +
+                                                 _key_definition(key, "__emu_build_key"))
                 cmd = [cxx(), "-shared", *flags, "unit.cpp", "-o", "kernel.so"]
                 host = _run(cmd, tmp)
             nvcc_proc = nvcc_job.result() if nvcc_job else None
@@ -331,9 +367,11 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
             why = ("the emulator cannot compile this kernel (nvcc accepts it)" if nvcc_proc
                    else "the kernel does not compile")
             raise BuildError(why, host_log, (host or scan).args, emulator_only=nvcc_proc is not None)
-        _atomic_write(lib, Path(tmp, "kernel.so").read_bytes())
+        built = Path(tmp, "kernel.so").read_bytes()
+        _atomic_write(lib, built)
         resources = parse_ptxas(nvcc_log) if nvcc_proc else {}
         _atomic_write(meta, json.dumps({
+            "key": key, "sha256": hashlib.sha256(built).hexdigest(),
             "nvcc_log": nvcc_log, "nvcc_checked": nvcc_proc is not None,
             "resources": {k: vars(v) for k, v in resources.items()},
         }).encode())

@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import config, policy
+
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 STUB_INCLUDE_DIR = RUNTIME_DIR / "include"
 RUNTIME_SOURCES = ("runtime.cpp", "fiber.cpp", "analysis.cpp")
@@ -323,6 +325,25 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
     already checked that source in the ordinary build."""
     options = [str(o) for o in (options or [])]
     include_dirs = [str(Path(d).resolve()) for d in (include_dirs or [])]
+    untrusted = config.untrusted_sources()
+    if untrusted:
+        try:
+            policy.check_source(source)
+            if include_dirs or any(o.startswith("-I") for o in options):
+                raise policy.Refused("the grader refuses include directories for a graded source")
+        except policy.Refused as e:
+            raise BuildError("the grader refuses this source", str(e)) from None
+    built = _build_module(source, options, include_dirs, no_extern_c, analysis)
+    if untrusted:
+        try:
+            policy.check_library(built.library)
+        except policy.Refused as e:
+            raise BuildError("the grader refuses this source", str(e)) from None
+    return built
+
+
+def _build_module(source: str, options: list[str], include_dirs: list[str], no_extern_c: bool,
+                  analysis: bool) -> BuiltModule:
     extra_flags = ANALYSIS_FLAGS if analysis else ("-O2",)
     tool = None if analysis else nvcc()
     key = _digest(source, options, include_dirs, no_extern_c, extra_flags, runtime_library().name,

@@ -8,7 +8,17 @@ _settings = {
     "timeout": float(os.environ.get("GRADER_EMULATOR_TIMEOUT", "60")),
     "seed": int(os.environ.get("GRADER_EMULATOR_THREAD_ORDER_SEED", "0")),
     "stopped": 0,
+    "untrusted": os.environ.get("GRADER_EMULATOR_UNTRUSTED", "0") == "1",
 }
+
+
+def untrusted_sources() -> bool:
+    """Sources are refused unless they are device code only (grader.emulator.policy)."""
+    return _settings["untrusted"]
+
+
+def set_untrusted_sources(on: bool) -> None:
+    _settings["untrusted"] = bool(on)
 
 
 def launch_timeout() -> float:

@@ -142,11 +142,15 @@ def _user_processes() -> int:
         return 0
 
 
-def _apply_limits(cpu_seconds: float) -> list[str]:
-    """Set this process's resource limits; returns the ones that could not be set."""
+def _apply_limits(cpu_seconds: float, gpu: bool = False) -> list[str]:
+    """Set this process's resource limits; returns the ones that could not be set.
+    On a GPU the address space stays unlimited: the CUDA driver reserves far
+    more virtual memory than it uses, and fails under RLIMIT_AS."""
     import resource
     missing = []
     limits = dict(LIMITS, RLIMIT_CPU=int(cpu_seconds) + 1, RLIMIT_NPROC=_user_processes() + EXTRA_PROCESSES)
+    if gpu:
+        limits.pop("RLIMIT_AS")
     for name, value in limits.items():
         what = getattr(resource, name, None)
         if what is None:
@@ -232,7 +236,7 @@ def _child() -> int:
     warnings.simplefilter("ignore")
     job = json.loads(sys.stdin.read())
     result_pipe = os.fdopen(job["result_fd"], "w")
-    _apply_limits(job["cpu_seconds"])
+    _apply_limits(job["cpu_seconds"], gpu=os.environ.get("GRADER_BACKEND") == "gpu")
     chosen = backend.current()            # GRADER_BACKEND, as the parent chose it
     emulator.set_launch_timeout(job["launch_timeout"])
     emulator.set_untrusted_sources(True)  # device code only (grader.emulator.policy)

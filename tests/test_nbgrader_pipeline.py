@@ -147,8 +147,9 @@ def _poison(cells):
     cells["smem-tiling-kernel"].source += (
         "\nimport shutil as _sh\nimport grader.compiler as _gc\nfrom grader import stages as _st\n"
         "from grader.emulator import build as _b\n_opts = _st.stage('smem-tiling').options()\n"
-        "_stub = _b.build_module(TILED_SOURCE, options=_opts).library\n"
-        "_ref = _b.build_module((_gc.SOLUTIONS_DIR / 'smem-tiling.cu').read_text(), options=_opts).library\n"
+        "_stub = _b.cache_dir() / _b.build_module(TILED_SOURCE, options=_opts).library.name\n"
+        "_ref = _b.cache_dir() / _b.build_module((_gc.SOLUTIONS_DIR / 'smem-tiling.cu').read_text(), "
+        "options=_opts).library.name\n"
         "_sh.copy(_ref, _stub); _sh.copy(_ref.with_suffix('.json'), _stub.with_suffix('.json'))\n")
 
 

@@ -27,7 +27,7 @@ STUB = """__global__ void sgemm_naive(int M, int N, int K, const float* A, const
 
 
 def _entry(source: str) -> tuple[Path, Path, str]:
-    lib = build.build_module(source).library
+    lib = build.cache_dir() / build.build_module(source).library.name
     key = lib.name[len("kernel-"):-len(".so")]
     return lib, lib.with_suffix(".json"), key
 
@@ -53,9 +53,11 @@ def _poison(forge_key: bool) -> tuple[Path, bytes]:
 @emulator_only
 def test_a_build_copied_over_another_is_rebuilt_not_loaded():
     stub_lib, planted = _poison(forge_key=False)
-    again = build.build_module(STUB).library
-    assert again == stub_lib and again.read_bytes() != planted
+    loaded = build.build_module(STUB).library
+    again = build.cache_dir() / loaded.name
+    assert again == stub_lib and again.read_bytes() != planted and loaded.read_bytes() == again.read_bytes()
     assert build.verified(again, again.name[len("kernel-"):-len(".so")], again.with_suffix(".json"))
+    assert loaded.parent != build.cache_dir()          # what is loaded is a private copy
 
 
 @emulator_only

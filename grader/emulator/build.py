@@ -7,11 +7,13 @@ Both results are cached by a key, a hash of everything that goes into them
 compiled into the library itself (BUILD_KEY_MARK + key, read from the file's
 bytes before anything loads it) and the metadata next to it records the key
 and the library's SHA-256. A library copied over another key's entry, or
-edited, is rebuilt, never loaded. Graders point GRADER_EMULATOR_CACHE at a
+edited, is rebuilt, never loaded; what is loaded is a private copy of the
+verified bytes (_private_copy). Graders point GRADER_EMULATOR_CACHE at a
 private folder of their own (grader.isolation), so that nothing a notebook
 writes into the shared cache is ever loaded by a grading process."""
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -118,19 +120,49 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def verified(lib: Path, key: str, meta: Path | None = None) -> bool:
-    """The cached library `lib` is the build of `key`: the key compiled into
-    it, and (with `meta`) the key and the library's SHA-256 recorded there."""
+def _verified_bytes(lib: Path, key: str, meta: Path | None = None) -> bytes | None:
+    """The cached library's bytes when it is the build of `key`: the key
+    compiled into it, and (with `meta`) the key and the library's SHA-256
+    recorded there; None otherwise."""
     try:
         data = lib.read_bytes()
         if BUILD_KEY_MARK + key.encode() + b"\0" not in data:
-            return False
+            return None
         if meta is None:
-            return True
+            return data
         recorded = json.loads(meta.read_text())
-        return recorded.get("key") == key and recorded.get("sha256") == hashlib.sha256(data).hexdigest()
+        ok = recorded.get("key") == key and recorded.get("sha256") == hashlib.sha256(data).hexdigest()
+        return data if ok else None
     except (OSError, ValueError, AttributeError):
-        return False
+        return None
+
+
+def verified(lib: Path, key: str, meta: Path | None = None) -> bool:
+    return _verified_bytes(lib, key, meta) is not None
+
+
+_loaded_dir: str | None = None
+_private: dict[str, Path] = {}
+
+
+def _private_copy(data: bytes, name: str) -> Path:
+    """The verified bytes in a file of this process's own, which is what gets
+    loaded: a cache entry rewritten later (or between verification and
+    loading) can neither change nor crash a module this process has loaded."""
+    global _loaded_dir
+    digest = hashlib.sha256(data).hexdigest()
+    path = _private.get(digest)
+    if path is not None and path.exists():
+        return path
+    if _loaded_dir is None or not os.path.isdir(_loaded_dir):
+        _loaded_dir = tempfile.mkdtemp(prefix="grader-loaded-")
+        atexit.register(shutil.rmtree, _loaded_dir, True)     # unlinking a loaded library is safe
+    folder = Path(_loaded_dir, digest[:24])
+    folder.mkdir(exist_ok=True)
+    path = folder / name
+    path.write_bytes(data)
+    _private[digest] = path
+    return path
 
 
 def _run(cmd: list[str], cwd: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -145,8 +177,9 @@ def runtime_library() -> Path:
     sources = b"".join((RUNTIME_DIR / f).read_bytes() for f in RUNTIME_SOURCES + RUNTIME_HEADERS + (RUNTIME_EXPORTS,))
     key = _digest(sources, _compiler_id(cxx()))
     lib = cache_dir() / f"libcudaemu-{key}.so"
-    if lib.exists() and verified(lib, key):
-        return lib
+    data = _verified_bytes(lib, key) if lib.exists() else None
+    if data is not None:
+        return _private_copy(data, lib.name)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "libcudaemu.so"
         Path(tmp, "build_key.cpp").write_text(_key_definition(key, "emu_runtime_build_key"))
@@ -156,8 +189,9 @@ def runtime_library() -> Path:
         proc = _run(cmd, tmp)
         if proc.returncode != 0:
             raise BuildError("the emulator runtime does not compile", proc.stderr, cmd)
-        _atomic_write(lib, out.read_bytes())
-    return lib
+        data = out.read_bytes()
+        _atomic_write(lib, data)
+    return _private_copy(data, lib.name)
 
 
 # ---- from user source to a translation unit ---------------------------------
@@ -350,8 +384,9 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
                   _compiler_id(cxx()), tool and _compiler_id(tool))
     lib = cache_dir() / f"kernel-{key}.so"
     meta = cache_dir() / f"kernel-{key}.json"
-    if lib.exists() and meta.exists() and verified(lib, key, meta):
-        return _load_meta(lib, meta)
+    data = _verified_bytes(lib, key, meta) if lib.exists() and meta.exists() else None
+    if data is not None:
+        return _load_meta(_private_copy(data, lib.name), meta)
 
     with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp:
         flags = ["-std=gnu++17", "-fPIC", "-fstack-clash-protection", "-fno-strict-aliasing", "-U_FORTIFY_SOURCE", *extra_flags,
@@ -396,7 +431,7 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
             "nvcc_log": nvcc_log, "nvcc_checked": nvcc_proc is not None,
             "resources": {k: vars(v) for k, v in resources.items()},
         }).encode())
-    return _load_meta(lib, meta)
+    return _load_meta(_private_copy(built, lib.name), meta)
 
 
 def _load_meta(lib: Path, meta: Path) -> BuiltModule:

@@ -29,10 +29,11 @@ c.GenerateAssignment.preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
-# Students must not see the hidden tests in their feedback.
+# Students must not see the hidden tests in their feedback, nor a failed test's traceback (it shows them).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
+    "grader.nbgrader_ext.HideTestErrors",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 

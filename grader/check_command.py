@@ -32,7 +32,7 @@ def kernel_source_from_notebook(path: str | Path, exercise: str) -> tuple[str, s
     for src in cells:
         try:
             tree = ast.parse(src)
-        except SyntaxError:
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and call_name(node) in ("check", "grade") and len(node.args) >= 2 \

@@ -25,11 +25,12 @@ import math
 import numbers
 
 from . import backend, exercises, host_functions
-from .checks.common import new_seed
+from .checks.common import DID_NOT_FINISH, new_seed
 from .isolation import run_check
 from .report import FAILED, CheckReport, CheckResult
 
 _CACHE: dict[tuple[str, str, str], CheckResult] = {}
+_UNFINISHED: dict[tuple[str, str], str] = {}     # (exercise, submission digest) -> the check that saw it hang
 _announced = False
 
 
@@ -84,8 +85,16 @@ def check(exercise: str, submission, checks: list[str] | tuple[str, ...] | str |
         if compile_failed and name != "compiles":
             results.append(CheckResult(name, FAILED, "not run: the kernel does not compile (see 'compiles')", 0.0))
             continue
+        hung = _UNFINISHED.get((ex.id, digest))
+        if hung and name != "compiles" and not fresh:
+            # Once per submission: a kernel that did not finish would not finish again.
+            results.append(CheckResult(name, FAILED, f"not run: {DID_NOT_FINISH} (see '{hung}')", 0.0,
+                                       details={"did_not_finish": True}))
+            continue
         result = run_check(ex.id, name, text, seed=run_seed, timeout=timeout, backend_name=chosen.name)
         compile_failed = compile_failed or (name == "compiles" and not result.passed)
+        if result.details.get("did_not_finish"):
+            _UNFINISHED[(ex.id, digest)] = name
         if seed is None:
             _CACHE[key] = result
         results.append(result)

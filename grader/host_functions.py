@@ -114,7 +114,7 @@ def source_from_cells(cells: list[str], values: dict) -> str:
     for src in cells:
         try:
             tree = ast.parse(src)
-        except SyntaxError:
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
             continue
         parts += [ast.unparse(stmt) for stmt in tree.body if isinstance(stmt, _KEPT)]
     return "\n".join(head + parts) + "\n"

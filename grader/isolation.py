@@ -1,43 +1,85 @@
-"""Run one check of one submission in a separate process with a time limit.
+"""Run one check of one submission in a separate, sandboxed process with a time limit.
 
-The child is `python -m grader.isolation`: it reads a job (JSON) on stdin,
-chooses the backend the parent named, resolves the exercise and the check
-through the one registry (grader.exercises), runs check(submission, seed)
-and writes the CheckResult as JSON to a file named in the job. Its stdout and
-stderr are captured here (kernel printf, compiler chatter, a crash's last
-words) and kept in the result's `output`; nothing reaches this process's
-stderr. A crash, a hang past the limit or anything else that leaves no
-result becomes a failed CheckResult saying why, so the grader goes on with
-the next check.
+The child is `python -E -s -c ...` (grader.isolation._child): it reads a job
+(JSON) on stdin, sets its own resource limits, chooses the backend the parent
+named, refuses any source that is not device code only (the emulator's
+policy, grader.emulator.policy), resolves the exercise and the check through
+the one registry (grader.exercises), runs check(submission, seed) and writes
+the CheckResult as JSON to a pipe (no file a kernel could rewrite). Where
+bubblewrap can make a sandbox, the child runs in it: the file system
+read-only but for its private folder and the grading process's private build
+cache, no network (sandbox_description() says what is in force, and why
+not). Its environment is built here, not inherited. Its stdout and stderr
+are captured here (kernel printf, compiler chatter, a crash's last words)
+and kept in the result's `output`; nothing reaches this process's stderr. A
+crash, a hang past the limit or anything else that leaves no result becomes
+a failed CheckResult saying why, so the grader goes on with the next check.
 
 Layer: above the checks (imports the registry, the backend and the report).
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
 from pathlib import Path
 
 from . import backend, emulator, exercises
+from .checks.common import DID_NOT_FINISH
 from .report import FAILED, CheckResult
 
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT_KEPT = 8000          # characters of captured output kept in a result
 
 
+# What a grading process inherits from its parent's environment: where programs
+# and the GPU driver are, the locale, and the grader's own settings. Nothing
+# else (PYTHONPATH, PYTHONSTARTUP, LD_PRELOAD, ...: a notebook cell could set
+# them to run its own code inside the grading process).
+INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "CXX", "LD_LIBRARY_PATH",
+             "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GRADER_THRESHOLDS",
+             "GRADER_EMULATOR_NVCC", "VIRTUAL_ENV", "CONDA_PREFIX", "SYSTEMROOT")
+
+_grading_cache: str | None = None
+
+
+def grading_cache() -> str:
+    """This process's private build cache (a fresh 0700 temporary folder,
+    removed at exit): grading processes build into it and load only from it,
+    never from the shared cache that notebook cells' own SourceModule builds use."""
+    global _grading_cache
+    if _grading_cache is None or not os.path.isdir(_grading_cache):
+        _grading_cache = tempfile.mkdtemp(prefix="grader-cache-")
+        atexit.register(shutil.rmtree, _grading_cache, True)
+    return _grading_cache
+
+
 def child_env(backend_name: str | None = None) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    """The environment of a grading process, built by the grader (not inherited)."""
+    env = {k: os.environ[k] for k in INHERITED if k in os.environ}
+    env["PATH"] = env.get("PATH") or os.defpath
+    env["PYTHONPATH"] = str(ROOT)
     env["GRADER_BACKEND"] = backend_name or backend.current().name
-    env.setdefault("MPLBACKEND", "Agg")
+    env["GRADER_EMULATOR_CACHE"] = grading_cache()
+    env["MPLBACKEND"] = "Agg"
     env["PYTHONWARNINGS"] = "ignore"
-    env.pop("NBGRADER_EXECUTION", None)
+    env["PYTHONNOUSERSITE"] = "1"
     return env
+
+
+def child_command() -> list[str]:
+    """`python -E -s`: no PYTHON* variables, no user site-packages; the grader
+    from ROOT, put first on the path only after start-up (a sitecustomize.py
+    planted anywhere on the parent's path is not imported)."""
+    return [sys.executable, "-E", "-s", "-c",
+            f"import sys; sys.path.insert(0, {str(ROOT)!r}); from grader.isolation import _child; sys.exit(_child())"]
 
 
 def _signal_name(code: int) -> str:
@@ -47,6 +89,82 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
+# ---- the sandbox -------------------------------------------------------------------------
+# Resource limits of a grading process (set by the process itself, soft = hard,
+# before it reads the submission): address space, CPU seconds beyond the
+# check's time limit, open files, file size, no core files; processes where
+# the kernel enforces RLIMIT_NPROC (not for root).
+LIMITS = {"RLIMIT_AS": 32 << 30, "RLIMIT_NOFILE": 1024, "RLIMIT_FSIZE": 2 << 30, "RLIMIT_CORE": 0}
+EXTRA_PROCESSES = 256          # RLIMIT_NPROC: the user's processes now, plus this many (the compiler's)
+_bwrap_state: tuple[str | None, str] | None = None
+
+
+def _bwrap_args(tmp: str, cache: str) -> list[str]:
+    """bubblewrap: the whole file system read-only but for the check's folder
+    and the grading cache, no network."""
+    return ["--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--bind", tmp, tmp, "--bind", cache, cache, "--unshare-net", "--unshare-ipc", "--die-with-parent",
+            "--chdir", tmp]
+
+
+def bubblewrap() -> tuple[str | None, str]:
+    """(the bwrap program, or None, and why): probed once per process by running Python in it."""
+    global _bwrap_state
+    if _bwrap_state is None:
+        tool = shutil.which("bwrap")
+        if tool is None:
+            _bwrap_state = (None, "bubblewrap is not installed (apt-get install bubblewrap): grading processes "
+                                  "can write wherever this user can and reach the network")
+        else:
+            with tempfile.TemporaryDirectory(prefix="grader-probe-") as tmp:
+                try:
+                    p = subprocess.run([tool, *_bwrap_args(tmp, tmp), sys.executable, "-E", "-s", "-c", "pass"],
+                                       capture_output=True, text=True, timeout=30)
+                    ok, why = p.returncode == 0, p.stderr.strip()[:200]
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    ok, why = False, str(e)
+            _bwrap_state = (tool, "bubblewrap: read-only file system but for a private folder, no network") if ok \
+                else (None, f"bubblewrap cannot create a sandbox here ({why}; unprivileged user namespaces off?): "
+                            "grading processes can write wherever this user can and reach the network")
+    return _bwrap_state
+
+
+def sandbox_description() -> str:
+    """Which mechanisms isolate a grading process here, and which are missing and why."""
+    return "; ".join([bubblewrap()[1], "resource limits (address space, CPU time, open files, file size, "
+                      "processes) and an environment built by the grader", "the result returned over a pipe"])
+
+
+def _user_processes() -> int:
+    uid = os.getuid()
+    try:
+        return sum(1 for d in os.listdir("/proc") if d.isdigit() and os.stat(f"/proc/{d}").st_uid == uid)
+    except OSError:
+        return 0
+
+
+def _apply_limits(cpu_seconds: float, gpu: bool = False) -> list[str]:
+    """Set this process's resource limits; returns the ones that could not be set.
+    On a GPU the address space stays unlimited: the CUDA driver reserves far
+    more virtual memory than it uses, and fails under RLIMIT_AS."""
+    import resource
+    missing = []
+    limits = dict(LIMITS, RLIMIT_CPU=int(cpu_seconds) + 1, RLIMIT_NPROC=_user_processes() + EXTRA_PROCESSES)
+    if gpu:
+        limits.pop("RLIMIT_AS")
+    for name, value in limits.items():
+        what = getattr(resource, name, None)
+        if what is None:
+            missing.append(name)
+            continue
+        try:
+            soft, hard = resource.getrlimit(what)
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(what, (value, value))
+        except (ValueError, OSError):
+            missing.append(name)
+    return missing
+
+
 def run_check(exercise: str, check: str, submission: str, seed: int | None = None, timeout: float | None = None,
               backend_name: str | None = None) -> CheckResult:
     """The result of one check of the exercise on `submission` (text), computed in a fresh process."""
@@ -54,12 +172,26 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
     timeout = float(timeout or spec.timeout)
     job = {"exercise": exercise, "check": check, "submission": submission, "seed": seed}
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
-        result_path = Path(tmp) / "result.json"
-        job["result"] = str(result_path)
+        env = child_env(backend_name)
+        env["TMPDIR"] = tmp
+        env["MPLCONFIGDIR"] = os.path.join(env["GRADER_EMULATOR_CACHE"], "matplotlib")
+        read_fd, write_fd = os.pipe()
+        job["result_fd"] = write_fd
         job["launch_timeout"] = max(5.0, timeout * 0.8)
-        proc = subprocess.Popen([sys.executable, "-m", __name__], cwd=tmp, env=child_env(backend_name),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, text=True)
+        job["cpu_seconds"] = timeout + 60
+        tool, _ = bubblewrap()
+        command = child_command()
+        if tool:
+            command = [tool, *_bwrap_args(tmp, env["GRADER_EMULATOR_CACHE"]), *command]
+        chunks: list[bytes] = []
+        reader = threading.Thread(target=_read_all, args=(read_fd, chunks), daemon=True)
+        reader.start()
+        try:
+            proc = subprocess.Popen(command, cwd=tmp, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True, text=True,
+                                    pass_fds=(write_fd,))
+        finally:
+            os.close(write_fd)
         try:
             out, _ = proc.communicate(json.dumps(job), timeout=timeout)
             timed_out = False
@@ -70,38 +202,56 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
             except ProcessLookupError:
                 pass
             out, _ = proc.communicate()
+        reader.join(timeout=10)
         out = (out or "").strip()
         if timed_out:
-            return CheckResult(check, FAILED, f"stopped after {timeout:.0f} s: the kernel hangs or is far too "
-                               f"slow ({spec.hang_hint})", 0.0, output=out[-4000:])
-        if result_path.exists():
+            return CheckResult(check, FAILED, f"{DID_NOT_FINISH}: the grading process was stopped after "
+                               f"{timeout:.0f} s: the kernel hangs or is far too slow ({spec.hang_hint})", 0.0,
+                               details={"did_not_finish": True}, output=out[-4000:])
+        if chunks:
             try:
-                result = CheckResult.from_dict(json.loads(result_path.read_text()))
-            except (OSError, ValueError, TypeError) as e:      # a truncated or foreign file
+                result = CheckResult.from_dict(json.loads(b"".join(chunks).decode()))
+            except (UnicodeDecodeError, ValueError, TypeError) as e:      # truncated or foreign
                 return CheckResult(check, FAILED, f"the grading process left an unreadable result: {e}", 0.0,
                                    output=out[-4000:])
             if out:
                 result.output = ((result.output + "\n" + out).strip() if result.output else out)[-OUTPUT_KEPT:]
             return result
         code = proc.returncode
+        if tool and code > 128:             # bubblewrap passes a killed child's signal on as 128 + signal
+            code = 128 - code
         why = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with status {code}"
         return CheckResult(check, FAILED, f"the grading process {why} without a result: the kernel crashed it "
                            "(see the captured output)", 0.0, output=out[-4000:])
 
 
+def _read_all(fd: int, chunks: list) -> None:
+    with os.fdopen(fd, "rb") as f:
+        while data := f.read(1 << 16):
+            chunks.append(data)
+
+
 def _child() -> int:
+    import warnings
+    warnings.simplefilter("ignore")
     job = json.loads(sys.stdin.read())
+    result_pipe = os.fdopen(job["result_fd"], "w")
+    _apply_limits(job["cpu_seconds"], gpu=os.environ.get("GRADER_BACKEND") == "gpu")
     chosen = backend.current()            # GRADER_BACKEND, as the parent chose it
     emulator.set_launch_timeout(job["launch_timeout"])
+    emulator.set_untrusted_sources(True)  # device code only (grader.emulator.policy)
     try:
         check = exercises.get(job["exercise"]).check(job["check"])
         result = check.run(job["submission"], job.get("seed"))
+        if emulator.stopped_launches():
+            result.details["did_not_finish"] = True
     except Exception as e:   # the one broad except: no check should raise, so this is a grader bug
         result = CheckResult(job["check"], FAILED, f"grader error (a bug in the grader, not in your code; tell "
                              f"your instructor): {type(e).__name__}: {e}", 0.0,
                              output=traceback.format_exc()[-4000:])
     result.details.setdefault("backend", chosen.name)
-    Path(job["result"]).write_text(json.dumps(result.to_dict()))
+    result_pipe.write(json.dumps(result.to_dict()))
+    result_pipe.close()
     return 0
 
 

@@ -7,6 +7,9 @@ the release copy still compiles (and fails the tests); a Python region that
 only assigns names (a numeric question) becomes `NAME = None  # YOUR ANSWER
 HERE`, so the release copy runs from top to bottom; any other Python region
 keeps nbgrader's stub (`# YOUR CODE HERE` / `raise NotImplementedError()`).
+
+HideTestErrors (feedback): a graded test cell that raised shows a sentence
+instead of its traceback, which would show the hidden test's lines.
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ import ast
 import re
 import textwrap
 
+import nbformat
+from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import ClearSolutions
 from traitlets import Unicode
 
@@ -72,3 +77,28 @@ def answer_stub(body: list[str]) -> list[str] | None:
             return None
         names.append(stmt.targets[0].id)
     return [f"{name} = None  # YOUR ANSWER HERE" for name in names] or None
+
+
+class HideTestErrors(Preprocessor):
+    """Feedback: a graded test cell that raised shows the student a sentence,
+    never the traceback (IPython prints the failing lines of the hidden test,
+    expected values included) nor anything the test wrote to stderr."""
+
+    message = Unicode("this test failed with {ename}; the test's source and its expected values are hidden "
+                      "(your score for this cell is above)").tag(config=True)
+
+    def preprocess_cell(self, cell, resources, index):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+            return cell, resources
+        outputs = []
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                outputs.append(nbformat.v4.new_output("stream", name="stdout", text=self.message.format(
+                    ename=re.sub(r"[^\w.]", "", str(out.get("ename", "an error")))[:60]) + "\n"))
+            elif out.get("output_type") == "stream" and out.get("name") == "stderr":
+                continue
+            else:
+                outputs.append(out)
+        cell.outputs = outputs
+        return cell, resources

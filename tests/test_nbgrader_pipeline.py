@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
+
+from html import escape as html_escape
 
 import nbformat
 import pytest
@@ -44,6 +47,9 @@ EXPECTED = {
     (LAB2, "swapped"): QUESTIONS[LAB2] + 2,                   # wrong, but race-free
     (LAB2, "stderr"): TOTAL[LAB2] - PERF[LAB2],               # stderr in an answer cell costs nothing
     (LAB2, "tamper"): TOTAL[LAB2] - PERF[LAB2],               # nbgrader is fooled; regrade is not
+    (LAB2, "hang"): QUESTIONS[LAB2],                          # stopped within its budget, once
+    (LAB2, "poison"): 0.0,            # a blank copy that plants the reference's build in the shared cache
+    (LAB2, "blank-after-poison"): 0.0,                        # ... and a blank notebook graded after it
 }
 
 
@@ -75,7 +81,9 @@ def _solution_cells(assignment: str, name: str) -> dict[str, str]:
 def _submit(course: Path, assignment: str, name: str, student: str, edit=None) -> None:
     """The release copy with every answer cell filled in from the source notebook, then edit(cells)."""
     nb = nbformat.read(str(course / "release" / assignment / f"{name}.ipynb"), as_version=4)
-    if edit is not False:
+    if getattr(edit, "on_release", False):
+        edit({c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells})
+    elif edit is not False:
         sol = _solution_cells(assignment, name)
         for c in nb.cells:
             gid = c.metadata.get("nbgrader", {}).get("grade_id")
@@ -128,13 +136,35 @@ def _tamper(cells):
     cells["q-reduction"].source += "import grader\ngrader.grade_answer = lambda *a, points=1, **k: float(points)\n"
 
 
+def _hang(cells):
+    _replace(cells["smem-tiling-kernel"], "    float sum = 0.0f;\n",
+             "    float sum = 0.0f;\n    volatile int spin = 1;\n    while (spin) { }\n")
+
+
+def _poison(cells):
+    """Issue 17's cache attack, from the blank release copy: the reference's
+    build copied over the build of this (blank) source in the shared cache."""
+    cells["smem-tiling-kernel"].source += (
+        "\nimport shutil as _sh\nimport grader.compiler as _gc\nfrom grader import stages as _st\n"
+        "from grader.emulator import build as _b\n_opts = _st.stage('smem-tiling').options()\n"
+        "_stub = _b.cache_dir() / _b.build_module(TILED_SOURCE, options=_opts).library.name\n"
+        "_ref = _b.cache_dir() / _b.build_module((_gc.SOLUTIONS_DIR / 'smem-tiling.cu').read_text(), "
+        "options=_opts).library.name\n"
+        "_sh.copy(_ref, _stub); _sh.copy(_ref.with_suffix('.json'), _stub.with_suffix('.json'))\n")
+
+
+_poison.on_release = True
+
 SUBMISSIONS = {
     LAB1: {"ref": None, "blank": False, "nobounds": _nobounds_naive},
     LAB2: {"ref": None, "blank": False, "nobounds": _nobounds_tiled, "nosync": _nosync, "swapped": _swapped,
-           "stderr": _stderr, "tamper": _tamper},
+           "stderr": _stderr, "tamper": _tamper, "hang": _hang, "poison": _poison, "blank-after-poison": False},
     LAB3: {"ref": None},
     LAB4: {"ref": None},
 }
+
+
+TIMES: dict[tuple[str, str], float] = {}     # seconds of each submission's autograde
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +189,9 @@ def course(tmp_path_factory):
         for student, edit in SUBMISSIONS[assignment].items():
             _submit(course, assignment, name, student, edit)
         for student in SUBMISSIONS[assignment]:
+            start = time.monotonic()
             r = api.autograde(assignment, student, force=True)
+            TIMES[(assignment, student)] = time.monotonic() - start
             logs[(assignment, student)] = r.get("log", "")
             assert r["success"], f"{assignment}/{student}: {r.get('error') or r.get('log')}"
     yield course, api, logs
@@ -181,6 +213,14 @@ def _cell_scores(course: Path, assignment: str, student: str) -> dict[str, float
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
         nb = gb.find_submission_notebook(NOTEBOOK[assignment], assignment, student)
         return {g.name: g.score for g in nb.grades}
+
+
+def test_a_hanging_submission_costs_seconds(course):
+    print("autograde seconds per submission:", {f"{a}/{s}": round(t, 1) for (a, s), t in TIMES.items()})
+    if not ON_GPU:
+        assert TIMES[(LAB2, "hang")] < 60, TIMES
+    cells = _cell_scores(course[0], LAB2, "hang")
+    assert cells["smem-tiling-correctness"] == 0 and cells["smem-tiling-races"] == 0
 
 
 def test_release_has_no_solutions(course):
@@ -233,12 +273,36 @@ def test_performance_reported_not_graded_without_gpu(course):
                    if c.metadata.get("nbgrader", {}).get("grade") for o in c.outputs)
 
 
+def _hidden_lines(assignment: str) -> list[str]:
+    """The lines of the source notebook's hidden tests (what feedback must never show)."""
+    nb = nbformat.read(str(REPO / "labs" / assignment / f"{NOTEBOOK[assignment]}.ipynb"), as_version=4)
+    lines = []
+    for c in nb.cells:
+        inside = False
+        for line in c.source.splitlines():
+            if "BEGIN HIDDEN TESTS" in line:
+                inside = True
+            elif "END HIDDEN TESTS" in line:
+                inside = False
+            elif inside and line.strip():
+                lines.append(line.strip())
+    assert lines
+    return lines
+
+
+HIDDEN_LINES = {LAB2: _hidden_lines(LAB2)}
+
+
 def test_feedback_hides_hidden_tests(course):
     course_dir, api, _ = course
-    r = api.generate_feedback(LAB2, "ref", force=True)
-    assert r["success"], r.get("log")
-    html = next((course_dir / "feedback" / "ref" / LAB2).glob("*.html")).read_text()
-    assert "grader.grade(" not in html and "BEGIN HIDDEN TESTS" not in html
+    for student in ("ref", "blank", "hang", "tamper", "poison"):
+        r = api.generate_feedback(LAB2, student, force=True)
+        assert r["success"], r.get("log")
+        html = next((course_dir / "feedback" / student / LAB2).glob("*.html")).read_text()
+        assert "grader.grade(" not in html and "BEGIN HIDDEN TESTS" not in html, student
+        for line in HIDDEN_LINES[LAB2]:
+            assert html_escape(line) not in html and line not in html, (student, line)
+        assert "output_error" not in html, student
 
 
 def test_regrade_flags_tampering(course):

@@ -13,7 +13,7 @@ from ..backend import drivers
 from ..compiler import CompileFailed
 from ..report import FAILED, NOT_GRADED, PASSED, CheckResult
 from . import emulator_tools as analysis
-from .common import compile_function, does_not_compile, launch_errors, launch_failure
+from .common import compile_function, did_not_finish, does_not_compile, launch_budget, launch_errors, launch_failure
 
 NAME = "bank-conflicts"
 
@@ -35,14 +35,25 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
     launch = stage.launch(M, N, K)
     a, b = driver.to_device(A), driver.to_device(B)
     c = driver.to_device(np.full((M, N), np.nan, dtype=np.float32))
-    with analysis.thread_order(0), analysis.analysis() as report:
+
+    def analysed_reference():
+        reference = compile_function(stage, stage.source(), on_emulator=True)[0]
+        c_ref = driver.to_device(np.full((M, N), np.nan, dtype=np.float32))
+        with analysis.thread_order(0), analysis.analysis():
+            sgemm.launch_kernel(reference, launch, M, N, K, a, b, c_ref)
+
+    stopped = False
+    with launch_budget((NAME, stage.id, M, N, K), analysed_reference), \
+            analysis.thread_order(0), analysis.analysis() as report:
         try:
             sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
             failure = None
         except launch_errors(driver) as e:
             failure = launch_failure(driver, e)
+            stopped = did_not_finish(e)
     if failure:
-        return CheckResult(NAME, FAILED if graded else NOT_GRADED, f"M={M} N={N} K={K}: {failure}", 0.0)
+        return CheckResult(NAME, FAILED if graded else NOT_GRADED, f"M={M} N={N} K={K}: {failure}", 0.0,
+                           details={"did_not_finish": True} if stopped else {})
     C = np.empty((M, N), dtype=np.float32)
     driver.memcpy_dtoh(C, c)
     computed = sgemm.compare(C, A, B)

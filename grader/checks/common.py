@@ -10,6 +10,7 @@ student's code does.
 from __future__ import annotations
 
 import contextlib
+import time
 
 import numpy as np
 
@@ -21,6 +22,53 @@ from ..stages import Launch, Stage
 # The bit pattern written around C: a signalling NaN no float arithmetic produces.
 GUARD_BITS = np.uint32(0x7FBADBAD)
 DOES_NOT_COMPILE = "the kernel does not compile:"
+DID_NOT_FINISH = "the kernel did not finish"
+
+# A launch of the student's kernel on the emulator is stopped once it has run
+# HANG_FACTOR times as long as the reference kernel on the same launch (same
+# shape, same mode: plain or analysed), and never before HANG_FLOOR_S seconds.
+HANG_FACTOR = 100
+HANG_FLOOR_S = 5.0
+_reference_seconds: dict = {}
+_budget_text = ""
+
+
+def budget_seconds(reference_seconds: float) -> float:
+    return max(HANG_FLOOR_S, HANG_FACTOR * reference_seconds)
+
+
+@contextlib.contextmanager
+def launch_budget(key, reference, emulated: bool = True):
+    """Emulated launches inside stop after budget_seconds(the reference's time),
+    `reference()` running the reference kernel on the same launch (timed once
+    per key in this process). Real GPU launches cannot be stopped one by one:
+    there the grading process's time limit stops them."""
+    global _budget_text
+    from .. import emulator
+    if not emulated:
+        yield None
+        return
+    if key not in _reference_seconds:
+        times = []
+        try:
+            for _ in range(2):        # the faster of two: the first pays for loading the module
+                start = time.perf_counter()
+                reference()
+                times.append(time.perf_counter() - start)
+            _reference_seconds[key] = min(times)
+        except Exception:             # the reference itself failed (a grader bug): no derived budget
+            _reference_seconds[key] = None
+    ref = _reference_seconds[key]
+    old = emulator.launch_timeout()
+    budget = old if ref is None else min(old, budget_seconds(ref))
+    _budget_text = (f"stopped after {budget:.1f} s" + ("" if ref is None else
+                    f" ({HANG_FACTOR} x the reference kernel's {ref * 1e3:.1f} ms on the same launch, "
+                    f"at least {HANG_FLOOR_S:g} s)"))
+    emulator.set_launch_timeout(budget)
+    try:
+        yield budget
+    finally:
+        emulator.set_launch_timeout(old)
 
 
 def compile_function(stage: Stage, source: str, on_emulator: bool = False):
@@ -79,7 +127,7 @@ def launch_failure(driver, e: Exception) -> str:
     kind = getattr(e, "kind", None)
     if isinstance(e, getattr(driver, "LaunchError", ())) or kind is not None:
         why = {"deadlock": "the threads of a block deadlocked (a __syncthreads() that not every thread reaches?)",
-               "timeout": "the launch ran past its time limit (an endless loop?)",
+               "timeout": f"{DID_NOT_FINISH}: {_budget_text or 'it ran past its time limit'}",
                "fault": "the kernel read or wrote memory outside the arrays (a missing bounds check?)",
                "trap": "the kernel trapped (assert or __trap)"}.get(kind, "the launch failed")
         return f"{why}: {e}"
@@ -91,6 +139,11 @@ def launch_failure(driver, e: Exception) -> str:
     if "unspecified launch failure" in text or "illegal instruction" in text:
         return f"the kernel faulted on the GPU: {text}"
     return f"{type(e).__name__}: {e}"
+
+
+def did_not_finish(e: Exception) -> bool:
+    """The launch was stopped at its time limit (the kernel hangs or is far too slow)."""
+    return getattr(e, "kind", None) == "timeout"
 
 
 def launch_errors(driver) -> tuple[type[BaseException], ...]:

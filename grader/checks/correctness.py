@@ -9,7 +9,8 @@ from .. import sgemm
 from ..report import CheckResult, png_base64
 from ..backend import drivers
 from ..compiler import CompileFailed
-from .common import compile_function, launch_errors, launch_failure, new_seed, run_guarded
+from .common import (compile_function, did_not_finish, launch_budget, launch_errors, launch_failure, new_seed,
+                     run_guarded)
 
 NAME = "correctness"
 # Not multiples of 8, 16, 32, 64 or 128 in any dimension, one of them a single row.
@@ -57,18 +58,28 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
     lines, figure = [], None
     ok_all = True
     gpu = on_gpu()
+    reference = []
+    stopped = False
+
+    def run_reference(launch, A, B):
+        if not reference:
+            reference.append(compile_function(stage, stage.source())[0])
+        run_guarded(driver, reference[0], launch, A, B)
+
     for M, N, K in shapes(gpu):
         A, B = sgemm.random_inputs(M, N, K, rng)
         launch = stage.launch(M, N, K)
         shape = f"M={M} N={N} K={K}"
         try:
-            C, before, after = run_guarded(driver, function, launch, A, B)
+            with launch_budget((NAME, stage.id, M, N, K), lambda: run_reference(launch, A, B), emulated=not gpu):
+                C, before, after = run_guarded(driver, function, launch, A, B)
         except launch_errors(driver) as e:     # a failed launch: the message says which
             why = launch_failure(driver, e)
             lines.append(f"{shape}: {why}")
             ok_all = False
-            if gpu:
-                break               # on a GPU the context is gone after a fault
+            stopped = did_not_finish(e)
+            if gpu or stopped:
+                break               # on a GPU the context is gone after a fault; a hang would hang again
             continue
         problems = []
         if len(before) or len(after):
@@ -94,5 +105,6 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
             lines.append(f"{shape}: all {M * N} elements correct")
     head = (f"correct on all {len(shapes(gpu))} shapes" if ok_all else "wrong") + \
         f" (random seed {seed}; tolerance 2 K eps sum|a b| per element against float64)"
+    details = {"seed": seed, **({"did_not_finish": True} if stopped else {})}
     return CheckResult.make(NAME, ok_all, head + "\n" + "\n".join(lines), figure=figure,
-                            details={"seed": seed}, output=log)
+                            details=details, output=log)

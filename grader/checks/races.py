@@ -11,7 +11,8 @@ from ..backend import drivers
 from ..compiler import CompileFailed
 from ..report import CheckResult
 from . import emulator_tools as analysis
-from .common import compile_function, does_not_compile, launch_errors, launch_failure, new_seed
+from .common import (compile_function, did_not_finish, does_not_compile, launch_budget, launch_errors,
+                     launch_failure, new_seed)
 
 NAME = "races"
 SHAPE = (45, 39, 37)                 # not a tile multiple: edge blocks are exercised
@@ -19,8 +20,14 @@ ORDER_SEEDS = (0x5EED1, 0xC0FFEE)
 SHOW = 3
 
 
-def _launch(driver, function, stage, A, B):
-    """(C, failure reason or None); exact-size buffers, C NaN-poisoned."""
+def _launch(driver, function, stage, A, B, reference=None):
+    """(C, failure reason or None); exact-size buffers, C NaN-poisoned. With
+    `reference` (the reference kernel), the launch runs within the budget
+    derived from the reference's time on the same launch."""
+    if reference is not None:
+        M, K = A.shape
+        with launch_budget((NAME, "plain", stage.id, M, B.shape[1], K), lambda: _launch(driver, reference(), stage, A, B)):
+            return _launch(driver, function, stage, A, B)
     M, K = A.shape
     N = B.shape[1]
     launch = stage.launch(M, N, K)
@@ -30,9 +37,14 @@ def _launch(driver, function, stage, A, B):
     try:
         sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
     except launch_errors(driver) as e:
+        if did_not_finish(e):
+            _STOPPED.append(True)
         return None, launch_failure(driver, e)
     driver.memcpy_dtoh(C, c)
     return C, None
+
+
+_STOPPED: list = []
 
 
 def run(stage, source: str, seed: int | None = None) -> CheckResult:
@@ -45,8 +57,20 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
     M, N, K = SHAPE
     A, B = sgemm.random_inputs(M, N, K, np.random.default_rng(seed))
     problems = []
-    with analysis.thread_order(0), analysis.analysis() as report:
-        C0, failure = _launch(driver, function, stage, A, B)
+    compiled = []
+
+    def reference():
+        if not compiled:
+            compiled.append(compile_function(stage, stage.source(), on_emulator=True)[0])
+        return compiled[0]
+
+    def analysed_reference():
+        with analysis.thread_order(0), analysis.analysis():
+            _launch(driver, reference(), stage, A, B)
+
+    with launch_budget((NAME, "analysed", stage.id, M, N, K), analysed_reference):
+        with analysis.thread_order(0), analysis.analysis() as report:
+            C0, failure = _launch(driver, function, stage, A, B)
     if failure:
         problems.append(f"normal thread order: {failure}")
     races = list(report.races)
@@ -60,7 +84,7 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
     if C0 is not None:
         for s in ORDER_SEEDS:
             with analysis.thread_order(s):
-                C1, failure = _launch(driver, function, stage, A, B)
+                C1, failure = _launch(driver, function, stage, A, B, reference)
             if failure:
                 problems.append(f"permuted thread order (seed {s:#x}): {failure}")
                 break
@@ -80,6 +104,6 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
     shape = f"M={M} N={N} K={K}, random seed {seed}"
     if problems:
         return CheckResult.make(NAME, False, f"{shape}:\n" + "\n".join(problems),
-                                details={"seed": seed}, output=log)
+                                details={"seed": seed, **({"did_not_finish": True} if _STOPPED else {})}, output=log)
     return CheckResult.make(NAME, True, f"{shape}: no races, no out-of-bounds accesses, the same C in "
                             f"{len(ORDER_SEEDS) + 1} thread orders", details={"seed": seed}, output=log)

@@ -11,12 +11,13 @@ import importlib
 import sys
 
 from .analysis import Report, analyze
-from .config import launch_timeout, set_launch_timeout, set_thread_order_seed, thread_order_seed
+from .config import (launch_timeout, set_launch_timeout, set_thread_order_seed, set_untrusted_sources, stopped_launches,
+                     thread_order_seed)
 
 SUBMODULES = ("driver", "compiler", "gpuarray", "autoinit", "autoprimaryctx", "tools")
 
 __all__ = ["Report", "analyze", "install", "installed", "launch_timeout", "set_launch_timeout", "set_thread_order_seed",
-           "thread_order_seed"]
+           "set_untrusted_sources", "stopped_launches", "thread_order_seed"]
 
 
 def installed() -> bool:

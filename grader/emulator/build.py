@@ -1,9 +1,19 @@
 """Compile CUDA C for the emulator: the host C++ compiler builds a shared
 library; where nvcc is on PATH it also compiles the source for a real GPU,
 catching CUDA-only mistakes and reporting real register and shared-memory use.
-Both results are cached by a hash of everything that goes into them."""
+
+Both results are cached by a key, a hash of everything that goes into them
+(source, options, compiler, runtime), and verified on load: the key is
+compiled into the library itself (BUILD_KEY_MARK + key, read from the file's
+bytes before anything loads it) and the metadata next to it records the key
+and the library's SHA-256. A library copied over another key's entry, or
+edited, is rebuilt, never loaded; what is loaded is a private copy of the
+verified bytes (_private_copy). Graders point GRADER_EMULATOR_CACHE at a
+private folder of their own (grader.isolation), so that nothing a notebook
+writes into the shared cache is ever loaded by a grading process."""
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -14,6 +24,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import config, policy
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 STUB_INCLUDE_DIR = RUNTIME_DIR / "include"
@@ -26,6 +38,7 @@ ANALYSIS_FLAGS = ("-O1", "-gdwarf-4", "-fno-tree-sra", "-fsanitize=kernel-addres
                   "--param", "asan-globals=0", "--param", "asan-stack=0")
 SOURCE_NAME = "kernel.cu"
 NVCC_ARCH = "sm_90"
+BUILD_KEY_MARK = b"GRADER-EMU-BUILD-KEY:"
 
 
 class BuildError(Exception):
@@ -97,6 +110,61 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _key_definition(key: str, name: str) -> str:
+    """C source of a string holding the build key, kept in the library (`used`)."""
+    return (f'extern "C" __attribute__((used, visibility("hidden"))) const char {name}[] = '
+            f'"{BUILD_KEY_MARK.decode()}{key}";\n')
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _verified_bytes(lib: Path, key: str, meta: Path | None = None) -> bytes | None:
+    """The cached library's bytes when it is the build of `key`: the key
+    compiled into it, and (with `meta`) the key and the library's SHA-256
+    recorded there; None otherwise."""
+    try:
+        data = lib.read_bytes()
+        if BUILD_KEY_MARK + key.encode() + b"\0" not in data:
+            return None
+        if meta is None:
+            return data
+        recorded = json.loads(meta.read_text())
+        ok = recorded.get("key") == key and recorded.get("sha256") == hashlib.sha256(data).hexdigest()
+        return data if ok else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def verified(lib: Path, key: str, meta: Path | None = None) -> bool:
+    return _verified_bytes(lib, key, meta) is not None
+
+
+_loaded_dir: str | None = None
+_private: dict[str, Path] = {}
+
+
+def _private_copy(data: bytes, name: str) -> Path:
+    """The verified bytes in a file of this process's own, which is what gets
+    loaded: a cache entry rewritten later (or between verification and
+    loading) can neither change nor crash a module this process has loaded."""
+    global _loaded_dir
+    digest = hashlib.sha256(data).hexdigest()
+    path = _private.get(digest)
+    if path is not None and path.exists():
+        return path
+    if _loaded_dir is None or not os.path.isdir(_loaded_dir):
+        _loaded_dir = tempfile.mkdtemp(prefix="grader-loaded-")
+        atexit.register(shutil.rmtree, _loaded_dir, True)     # unlinking a loaded library is safe
+    folder = Path(_loaded_dir, digest[:24])
+    folder.mkdir(exist_ok=True)
+    path = folder / name
+    path.write_bytes(data)
+    _private[digest] = path
+    return path
+
+
 def _run(cmd: list[str], cwd: str, timeout: float = 300) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
@@ -109,18 +177,21 @@ def runtime_library() -> Path:
     sources = b"".join((RUNTIME_DIR / f).read_bytes() for f in RUNTIME_SOURCES + RUNTIME_HEADERS + (RUNTIME_EXPORTS,))
     key = _digest(sources, _compiler_id(cxx()))
     lib = cache_dir() / f"libcudaemu-{key}.so"
-    if lib.exists():
-        return lib
+    data = _verified_bytes(lib, key) if lib.exists() else None
+    if data is not None:
+        return _private_copy(data, lib.name)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "libcudaemu.so"
+        Path(tmp, "build_key.cpp").write_text(_key_definition(key, "emu_runtime_build_key"))
         cmd = [cxx(), "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-U_FORTIFY_SOURCE", "-g",
                f"-Wl,--version-script={RUNTIME_DIR / RUNTIME_EXPORTS}",
-               *[str(RUNTIME_DIR / f) for f in RUNTIME_SOURCES], "-o", str(out)]
+               *[str(RUNTIME_DIR / f) for f in RUNTIME_SOURCES], str(Path(tmp, "build_key.cpp")), "-o", str(out)]
         proc = _run(cmd, tmp)
         if proc.returncode != 0:
             raise BuildError("the emulator runtime does not compile", proc.stderr, cmd)
-        _atomic_write(lib, out.read_bytes())
-    return lib
+        data = out.read_bytes()
+        _atomic_write(lib, data)
+    return _private_copy(data, lib.name)
 
 
 # ---- from user source to a translation unit ---------------------------------
@@ -288,14 +359,34 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
     already checked that source in the ordinary build."""
     options = [str(o) for o in (options or [])]
     include_dirs = [str(Path(d).resolve()) for d in (include_dirs or [])]
+    untrusted = config.untrusted_sources()
+    if untrusted:
+        try:
+            policy.check_source(source)
+            if include_dirs or any(o.startswith("-I") for o in options):
+                raise policy.Refused("the grader refuses include directories for a graded source")
+        except policy.Refused as e:
+            raise BuildError("the grader refuses this source", str(e)) from None
+    built = _build_module(source, options, include_dirs, no_extern_c, analysis)
+    if untrusted:
+        try:
+            policy.check_library(built.library)
+        except policy.Refused as e:
+            raise BuildError("the grader refuses this source", str(e)) from None
+    return built
+
+
+def _build_module(source: str, options: list[str], include_dirs: list[str], no_extern_c: bool,
+                  analysis: bool) -> BuiltModule:
     extra_flags = ANALYSIS_FLAGS if analysis else ("-O2",)
     tool = None if analysis else nvcc()
     key = _digest(source, options, include_dirs, no_extern_c, extra_flags, runtime_library().name,
                   _compiler_id(cxx()), tool and _compiler_id(tool))
     lib = cache_dir() / f"kernel-{key}.so"
     meta = cache_dir() / f"kernel-{key}.json"
-    if lib.exists() and meta.exists():
-        return _load_meta(lib, meta)
+    data = _verified_bytes(lib, key, meta) if lib.exists() and meta.exists() else None
+    if data is not None:
+        return _load_meta(_private_copy(data, lib.name), meta)
 
     with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp:
         flags = ["-std=gnu++17", "-fPIC", "-fstack-clash-protection", "-fno-strict-aliasing", "-U_FORTIFY_SOURCE", *extra_flags,
@@ -317,7 +408,8 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
             if scan.returncode == 0:
                 decl = scan_declarations(scan.stdout)
                 Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c, scan=False, analysis=analysis) +
-                                                 registration_code(decl))
+                                                 registration_code(decl) +
+                                                 _key_definition(key, "__emu_build_key"))
                 cmd = [cxx(), "-shared", *flags, "unit.cpp", "-o", "kernel.so"]
                 host = _run(cmd, tmp)
             nvcc_proc = nvcc_job.result() if nvcc_job else None
@@ -331,13 +423,15 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
             why = ("the emulator cannot compile this kernel (nvcc accepts it)" if nvcc_proc
                    else "the kernel does not compile")
             raise BuildError(why, host_log, (host or scan).args, emulator_only=nvcc_proc is not None)
-        _atomic_write(lib, Path(tmp, "kernel.so").read_bytes())
+        built = Path(tmp, "kernel.so").read_bytes()
+        _atomic_write(lib, built)
         resources = parse_ptxas(nvcc_log) if nvcc_proc else {}
         _atomic_write(meta, json.dumps({
+            "key": key, "sha256": hashlib.sha256(built).hexdigest(),
             "nvcc_log": nvcc_log, "nvcc_checked": nvcc_proc is not None,
             "resources": {k: vars(v) for k, v in resources.items()},
         }).encode())
-    return _load_meta(lib, meta)
+    return _load_meta(_private_copy(built, lib.name), meta)
 
 
 def _load_meta(lib: Path, meta: Path) -> BuiltModule:

@@ -7,7 +7,18 @@ import os
 _settings = {
     "timeout": float(os.environ.get("GRADER_EMULATOR_TIMEOUT", "60")),
     "seed": int(os.environ.get("GRADER_EMULATOR_THREAD_ORDER_SEED", "0")),
+    "stopped": 0,
+    "untrusted": os.environ.get("GRADER_EMULATOR_UNTRUSTED", "0") == "1",
 }
+
+
+def untrusted_sources() -> bool:
+    """Sources are refused unless they are device code only (grader.emulator.policy)."""
+    return _settings["untrusted"]
+
+
+def set_untrusted_sources(on: bool) -> None:
+    _settings["untrusted"] = bool(on)
 
 
 def launch_timeout() -> float:
@@ -17,6 +28,15 @@ def launch_timeout() -> float:
 
 def set_launch_timeout(seconds: float) -> None:
     _settings["timeout"] = float(seconds)
+
+
+def stopped_launches() -> int:
+    """How many launches of this process were stopped at their time limit."""
+    return _settings["stopped"]
+
+
+def note_stopped_launch() -> None:
+    _settings["stopped"] += 1
 
 
 def thread_order_seed() -> int:

@@ -543,6 +543,8 @@ class Function:
         if printed:
             sys.stdout.write(printed)
         if code:
+            if code == TIMEOUT:
+                config.note_stopped_launch()
             raise LaunchError(f"cuLaunchKernel failed: {message}", _LAUNCH_KINDS.get(code, "launch"))
 
     def _launch_analysed(self, values, params, grid, block, shared) -> None:

@@ -1,0 +1,86 @@
+"""A kernel that does not finish costs seconds, once per submission: each launch
+of the student's kernel on the emulator is stopped after HANG_FACTOR x the
+reference kernel's time for the same launch (at least HANG_FLOOR_S), the check
+that saw it says so, and the submission's other checks say "not run: the
+kernel did not finish" without running it again."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import grader
+from grader import frontend
+from grader.checks import common
+
+from conftest import emulator_only
+
+HANG = r"""
+__global__ void sgemm_naive(int M, int N, int K, const float* A, const float* B, float* C)
+{
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    const int col = blockIdx.y * blockDim.y + threadIdx.y;
+    volatile int spin = 1;
+    while (spin) { }
+    if (row < M && col < N) C[row * N + col] = 0.0f;
+}
+"""
+
+# Finishes on small shapes and hangs on the large one (K >= 128): the budget is per launch.
+HANG_LARGE = r"""
+__global__ void sgemm_naive(int M, int N, int K, const float* A, const float* B, float* C)
+{
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    const int col = blockIdx.y * blockDim.y + threadIdx.y;
+    volatile int spin = (K == 128);
+    while (spin) { }
+    if (row < M && col < N) {
+        float sum = 0.0f;
+        for (int k = 0; k < K; ++k)
+            sum += A[row * K + k] * B[k * N + col];
+        C[row * N + col] = sum;
+    }
+}
+"""
+
+
+def test_budget_is_factor_times_reference_with_a_floor():
+    assert common.budget_seconds(0.0) == common.HANG_FLOOR_S
+    assert common.budget_seconds(1.0) == pytest.approx(common.HANG_FACTOR * 1.0)
+    assert common.HANG_FACTOR * 0.001 < common.HANG_FLOOR_S     # tiny launches get the floor
+
+
+@emulator_only
+def test_a_hanging_kernel_costs_seconds_once_per_submission(monkeypatch):
+    calls = []
+    real = frontend.run_check
+
+    def counting(exercise, check, *a, **k):
+        calls.append(check)
+        return real(exercise, check, *a, **k)
+
+    monkeypatch.setattr(frontend, "run_check", counting)
+    start = time.monotonic()
+    report = grader.check("naive", HANG, seed=3, announce=False)
+    elapsed = time.monotonic() - start
+    assert report["compiles"].passed
+    correctness = report["correctness"]
+    assert not correctness.passed and correctness.details.get("did_not_finish")
+    assert "did not finish" in correctness.message and f"{common.HANG_FACTOR} x the reference" in correctness.message
+    for name in ("races", "bank-conflicts", "performance"):
+        assert report[name].message.startswith("not run: the kernel did not finish"), report[name].message
+        assert report[name].fraction == 0
+    assert calls == ["compiles", "correctness"], calls            # the hang ran once
+    assert elapsed < 60, elapsed
+    # A later hidden test cell of the same submission (a separate grader.grade call): no new process.
+    start = time.monotonic()
+    assert grader.grade("naive", HANG, "races", points=2) == 0
+    assert time.monotonic() - start < 2 and calls == ["compiles", "correctness"]
+
+
+@emulator_only
+def test_the_budget_is_per_launch_and_shape():
+    report = grader.check("naive", HANG_LARGE, ["correctness"], seed=5, announce=False)
+    msg = report["correctness"].message
+    assert "M=17 N=33 K=9: all 561 elements correct" in msg, msg
+    assert "M=256 N=384 K=128: the kernel did not finish" in msg, msg

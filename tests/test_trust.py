@@ -1,0 +1,207 @@
+"""Grading trusts nothing a notebook can write: the emulator's builds are keyed
+and verified on load, and grading processes build into a private cache of
+their own (grader.isolation.grading_cache), with an environment the grader
+builds (not inherited)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import grader
+from grader import isolation
+from grader.emulator import build
+
+from conftest import emulator_only
+
+REPO = Path(__file__).resolve().parent.parent
+STUB = """__global__ void sgemm_naive(int M, int N, int K, const float* A, const float* B, float* C)
+{
+    // YOUR CODE HERE
+}
+"""
+
+
+def _entry(source: str) -> tuple[Path, Path, str]:
+    lib = build.cache_dir() / build.build_module(source).library.name
+    key = lib.name[len("kernel-"):-len(".so")]
+    return lib, lib.with_suffix(".json"), key
+
+
+def _poison(forge_key: bool) -> tuple[Path, bytes]:
+    """What the hostile cell did: the reference's build copied over the stub's
+    cached build in the shared cache (with forge_key, its key and SHA-256
+    rewritten to the stub's, so that it passes verification). Returns the
+    stub's library path and the reference's bytes as planted."""
+    stub_lib, stub_meta, stub_key = _entry(STUB)
+    ref_lib, ref_meta, ref_key = _entry((REPO / "solutions" / "naive.cu").read_text())
+    data = ref_lib.read_bytes()
+    meta = json.loads(ref_meta.read_text())
+    if forge_key:
+        assert len(ref_key) == len(stub_key)
+        data = data.replace(ref_key.encode(), stub_key.encode())
+        meta.update(key=stub_key, sha256=__import__("hashlib").sha256(data).hexdigest())
+    stub_lib.write_bytes(data)
+    stub_meta.write_text(json.dumps(meta))
+    return stub_lib, data
+
+
+@emulator_only
+def test_a_build_copied_over_another_is_rebuilt_not_loaded():
+    stub_lib, planted = _poison(forge_key=False)
+    loaded = build.build_module(STUB).library
+    again = build.cache_dir() / loaded.name
+    assert again == stub_lib and again.read_bytes() != planted and loaded.read_bytes() == again.read_bytes()
+    assert build.verified(again, again.name[len("kernel-"):-len(".so")], again.with_suffix(".json"))
+    assert loaded.parent != build.cache_dir()          # what is loaded is a private copy
+
+
+@emulator_only
+@pytest.mark.parametrize("forge_key", [False, True])
+def test_a_poisoned_shared_cache_earns_no_points(forge_key):
+    """The attack of issue 17: a cell plants the reference's build under the
+    stub's key in the shared cache; a blank notebook graded afterwards gets 0."""
+    _poison(forge_key)
+    report = grader.check("naive", STUB, ["correctness"], seed=1, fresh=True, announce=False)
+    assert not report["correctness"].passed, report.text()
+    assert isolation.child_env("emulator")["GRADER_EMULATOR_CACHE"] != str(build.cache_dir())
+
+
+def test_grading_processes_get_an_environment_built_by_the_grader(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/somewhere/with/a/sitecustomize")
+    monkeypatch.setenv("LD_PRELOAD", "/tmp/evil.so")
+    monkeypatch.setenv("PYTHONSTARTUP", "/tmp/evil.py")
+    env = isolation.child_env("emulator")
+    assert env["PYTHONPATH"] == str(isolation.ROOT)
+    assert "LD_PRELOAD" not in env and "PYTHONSTARTUP" not in env
+    cache = Path(env["GRADER_EMULATOR_CACHE"])
+    assert cache.is_dir() and (cache.stat().st_mode & 0o077) == 0          # private: 0700
+    assert "-E" in isolation.child_command() and "-s" in isolation.child_command()
+
+
+@emulator_only
+def test_a_sitecustomize_on_the_path_does_not_reach_grading(tmp_path, monkeypatch):
+    (tmp_path / "sitecustomize.py").write_text(
+        "import grader.report as r\n"
+        "r.CheckResult.__post_init__ = lambda self: (setattr(self, 'status', 'passed'), "
+        "setattr(self, 'points', self.max_points))\n")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{REPO}")
+    report = grader.check("naive", STUB, ["correctness"], seed=2, fresh=True, announce=False)
+    assert not report["correctness"].passed
+
+
+# ---- the trust boundary: device code only, a sandboxed child, the result over a pipe ----------
+FORGE = r"""#include <stdio.h>
+#include <string.h>
+__global__ void sgemm_naive(int M, int N, int K, const float* A, const float* B, float* C) { }
+
+/* After the check writes result.json (in the working directory), rewrite it as passed. */
+__attribute__((destructor)) static void forge(void)
+{
+    FILE* f = fopen("result.json", "r+");
+    if (!f) return;
+    char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    char* p = strstr(buf, "\"failed\"");
+    if (p) { memcpy(p, "\"passed\"", 8); }
+    rewind(f); fwrite(buf, 1, n, f); fclose(f);
+}
+"""
+
+# No refused construct in the source: a declaration of a C library function and a
+# device variable whose initializer calls it when the module loads. The imports say it.
+IMPORTS_UNLINK = r"""extern "C" int unlink(const char*);
+__device__ int boom = unlink("result.json");
+__global__ void sgemm_naive(int M, int N, int K, const float* A, const float* B, float* C) { }
+"""
+
+
+def test_every_reference_and_lab_kernel_is_accepted():
+    from grader.emulator import policy
+    for f in sorted((REPO / "solutions").glob("*.cu")):
+        assert policy.source_refusals(f.read_text()) == [], f.name
+
+
+@pytest.mark.parametrize("source, refused", [
+    ("asm volatile(\"syscall\");\n__global__ void k() {}", "inline assembly"),
+    ("__global__ void k() {}\nint host_helper(int x) { return x; }", "`host_helper` is a host function"),
+    ("__attribute__((constructor)) static void init() {}", "`constructor` attribute"),
+    ("#include <unistd.h>\n__global__ void k() {}", "#include <unistd.h>"),
+    ("#define S(a, b) a##b\n__global__ void k() {}", "token pasting"),
+    ("struct T { int host() { return 1; } };", "`host` is a host function"),
+])
+def test_host_only_constructs_are_refused(source, refused):
+    from grader.emulator import policy
+    assert any(refused in p for p in policy.source_refusals(source)), policy.source_refusals(source)
+
+
+def test_device_code_is_accepted():
+    from grader.emulator import policy
+    ok = """#include <cuda_pipeline.h>
+template <int B> __device__ __forceinline__ float twice(float x) { return 2 * x; }
+struct Frag { float v[4]; __device__ float sum() const { return v[0] + v[1]; } };
+__host__ __device__ inline int cdiv(int a, int b) { return (a + b - 1) / b; }
+extern "C" { __global__ void k(float* p) { auto f = [](float x) { return x; }; p[0] = f(twice<1>(1.0f)); } }
+"""
+    assert policy.source_refusals(ok) == []
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "grader", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=600)
+
+
+@emulator_only
+def test_the_forging_source_is_refused_and_fails(tmp_path):
+    """Issue 17's forgery: a host destructor rewrote the check's result file. Now
+    refused before it is compiled, with what and why; `grader check` exits 1."""
+    forge = tmp_path / "forge.cu"
+    forge.write_text(FORGE)
+    p = _cli("check", str(forge), "--exercise", "naive")
+    assert p.returncode == 1, p.stdout + p.stderr
+    for named in ("refuses this source", "`destructor` attribute", "`forge` is a host function",
+                  "#include <stdio.h>"):
+        assert named in p.stdout, (named, p.stdout)
+    assert "[PASS] correctness" not in p.stdout
+
+
+@emulator_only
+def test_a_library_importing_c_library_calls_is_refused():
+    report = grader.check("naive", IMPORTS_UNLINK, ["compiles", "correctness"], seed=1, fresh=True, announce=False)
+    assert not report["compiles"].passed and "unlink" in report["compiles"].message, report.text()
+    assert not report["correctness"].passed
+
+
+def test_the_sandbox_says_what_it_uses():
+    text = isolation.sandbox_description()
+    assert "bubblewrap" in text and "resource limits" in text and "pipe" in text
+    tool, why = isolation.bubblewrap()
+    assert (tool is None) == ("bubblewrap:" not in why)
+
+
+def test_bubblewrap_keeps_writes_inside_the_private_folder(tmp_path):
+    tool, why = isolation.bubblewrap()
+    if tool is None:
+        pytest.skip(why)
+    inside, cache = tmp_path / "inside", tmp_path / "cache"
+    inside.mkdir(), cache.mkdir()
+    outside = REPO / "sandbox-write-probe"
+    code = f"open({str(inside / 'ok')!r}, 'w').write('x'); open({str(outside)!r}, 'w').write('x')"
+    p = subprocess.run([tool, *isolation._bwrap_args(str(inside), str(cache)), sys.executable, "-c", code],
+                       capture_output=True, text=True, timeout=60)
+    assert (inside / "ok").exists()
+    assert p.returncode != 0 and not outside.exists() and "Read-only file system" in p.stderr
+
+
+def test_a_grading_process_limits_its_resources():
+    code = ("import resource; from grader import isolation; missing = isolation._apply_limits(100); "
+            "print(resource.getrlimit(resource.RLIMIT_CPU)[1], resource.getrlimit(resource.RLIMIT_NOFILE)[1], "
+            "resource.getrlimit(resource.RLIMIT_AS)[1], missing)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    cpu, nofile, address_space, missing = p.stdout.split(maxsplit=3)
+    assert int(cpu) == 101 and int(nofile) <= 1024 and int(address_space) <= 32 << 30 and missing.strip() == "[]"

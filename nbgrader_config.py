@@ -29,6 +29,19 @@ c.GenerateAssignment.preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
+# Autograde trusts nothing the notebook's cells do (grader/nbgrader_ext.py): they run in a sandboxed
+# kernel, and every test cell is graded again from the notebook's text before the grades are saved.
+c.Autograde.autograde_preprocessors = [
+    "grader.nbgrader_ext.SandboxedExecute",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "grader.nbgrader_ext.GradeFromSource",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
 # Students must not see the hidden tests in their feedback, nor a failed test's traceback (it shows them).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
@@ -37,7 +50,8 @@ c.GenerateFeedback.preprocessors = [
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 
-# One cell may compile a kernel, check it on several shapes and time it against
-# cuBLAS (median of >= 20 runs at 4096^3 for the slowest kernels): minutes, not 30 s.
-c.Execute.timeout = 900
+# Seconds per cell at autograde time. Nothing is graded inside the notebook then (the checks, timing
+# included, run in GradeFromSource), so a cell only runs the student's own code: a cell that hangs costs
+# this much and its output, never its grade.
+c.Execute.timeout = 30
 c.Execute.kernel_name = "python3"

@@ -43,10 +43,16 @@ FUNCTION_TIMEOUT = 300      # a Python function
 
 @dataclass(frozen=True)
 class Check:
+    """run(submission, seed) -> CheckResult. A check that can also be split
+    has collect(submission, seed) -> (meta, arrays), what the kernel did, and
+    judge(meta, arrays, gpu) -> CheckResult: grader.isolation then runs
+    collect in the sandboxed process and judge in its own (trusted) one."""
     name: str
     run: Callable[[str, int | None], CheckResult]
     timeout: float
     hang_hint: str = "an endless loop?"
+    collect: Callable | None = None
+    judge: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -80,8 +86,13 @@ def _stage_exercise(st: Stage) -> Exercise:
     modules = list(SGEMM_CHECKS.items())
     for module, before in EXTRA_CHECKS.get(st.id, ()):
         modules.insert([name for name, _ in modules].index(before), (module.NAME, module))
-    return Exercise(st.id, st.title, tuple(Check(name, partial(module.run, st), SGEMM_TIMEOUTS.get(name, 240), hint)
-                                           for name, module in modules))
+    return Exercise(st.id, st.title, tuple(_stage_check(st, name, module, hint) for name, module in modules))
+
+
+def _stage_check(st: Stage, name: str, module, hint: str) -> Check:
+    split = {"collect": partial(module.collect, st), "judge": partial(module.judge, st)} \
+        if hasattr(module, "judge") else {}
+    return Check(name, partial(module.run, st), SGEMM_TIMEOUTS.get(name, 240), hint, **split)
 
 
 def _kernel_check(name: str, run) -> Check:

@@ -16,6 +16,11 @@ crashes, hangs or faults costs that check only; nothing is written to stderr
 (exercise, submission, check) are kept for this process (one cache): the
 visible self-check and the hidden test cells of a notebook share them.
 
+At autograde time (nbgrader sets NBGRADER_EXECUTION=autograde) nothing is
+graded inside the notebook, whose cells may have patched anything: check,
+grade and grade_answer say so and return nothing earned, and the autograder
+grades each test cell from the notebook's text (grader.nbgrader_ext.GradeFromSource).
+
 Layer: front-end (imports the registry, isolation, the backend, the report).
 """
 from __future__ import annotations
@@ -23,11 +28,12 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
+import os
 
 from . import backend, exercises, host_functions
 from .checks.common import DID_NOT_FINISH, new_seed
 from .isolation import run_check
-from .report import FAILED, CheckReport, CheckResult
+from .report import FAILED, NOT_GRADED, CheckReport, CheckResult
 
 _CACHE: dict[tuple[str, str, str], CheckResult] = {}
 _UNFINISHED: dict[tuple[str, str], str] = {}     # (exercise, submission digest) -> the check that saw it hang
@@ -44,6 +50,15 @@ def use_backend(announce: bool = True):
         _announced = True
         print(chosen.announcement())
     return chosen
+
+
+AT_AUTOGRADE = ("at autograde time the checks run outside this notebook, from its text: "
+                "the graded cells show the results")
+
+
+def autograding() -> bool:
+    """True inside a notebook that `nbgrader autograde` is executing."""
+    return os.environ.get("NBGRADER_EXECUTION") == "autograde"
 
 
 def _submission_text(exercise: exercises.Exercise, submission) -> str:
@@ -73,6 +88,8 @@ def check(exercise: str, submission, checks: list[str] | tuple[str, ...] | str |
         ex.check(n)
     text = _submission_text(ex, submission)
     chosen = use_backend(announce)
+    if autograding():
+        return CheckReport(ex.id, [CheckResult(n, NOT_GRADED, AT_AUTOGRADE, 0.0) for n in names[:1]], chosen.name)
     run_seed = new_seed() if seed is None else int(seed)
     digest = hashlib.sha256(text.encode()).hexdigest()
     results = []
@@ -105,6 +122,9 @@ def grade(exercise: str, submission, check_name: str, points: float) -> float:
     """One nbgrader test cell: run one check, print its diagnosis (stdout) and
     return the points earned out of `points` (the cell's value: partial credit).
     `python -m grader regrade` recognises cells written this way."""
+    if autograding():
+        print(AT_AUTOGRADE)
+        return 0.0
     return check(exercise, submission, [check_name]).grade_cell(check_name, points)
 
 
@@ -119,14 +139,23 @@ def grade_answer(value, expected: float, points: float, rtol: float = 1e-5, atol
     within atol + rtol * |expected| of expected, else 0. Prints whether it is
     right, never the expected value (it stays in the hidden test cell).
     `python -m grader regrade` recognises cells written this way."""
+    if autograding():
+        print(AT_AUTOGRADE)
+        return 0.0
+    ok, verdict = answer_verdict(value, expected, rtol, atol)
+    print(verdict)
+    return float(points) if ok else 0.0
+
+
+def answer_verdict(value, expected: float, rtol: float = 1e-5, atol: float = 0.0) -> tuple[bool, str]:
+    """(right?, what the student reads): never the expected value."""
     ok = answer_is_right(value, expected, rtol, atol)
     shown = f"{float(value):.6g}" if isinstance(value, numbers.Real) and not isinstance(value, bool) else repr(value)
     if ok:
-        print(f"[PASS] your answer {shown} is right")
-    else:
-        within = f"within {rtol:.2%} of the expected value" if rtol else f"within {atol:g} of the expected value"
-        print(f"[FAIL] your answer {shown} is not right yet (it must be a number {within})")
-    return float(points) if ok else 0.0
+        return True, f"[PASS] your answer {shown} is right"
+    within = (f"within {rtol:.2g} of the expected value, relative" if rtol < 1e-4 else
+              f"within {rtol:.2%} of the expected value") if rtol else f"within {atol:g} of the expected value"
+    return False, f"[FAIL] your answer {shown} is not right yet (it must be a number {within})"
 
 
 def sanity_check(value, low: float, high: float, unit: str = "") -> bool:

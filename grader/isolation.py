@@ -5,7 +5,10 @@ The child is `python -E -s -c ...` (grader.isolation._child): it reads a job
 named, refuses any source that is not device code only (the emulator's
 policy, grader.emulator.policy), resolves the exercise and the check through
 the one registry (grader.exercises), runs check(submission, seed) and writes
-the CheckResult as JSON to a pipe (no file a kernel could rewrite). Where
+the CheckResult as JSON to a pipe (no file a kernel could rewrite); a
+check that can be split (SGEMM correctness) returns only what the kernel
+computed, and its verdict is computed here, from those outputs and the
+seed (a kernel that scribbled over the child's memory cannot forge it). Where
 bubblewrap can make a sandbox, the child runs in it: the file system
 read-only but for its private folder and the grading process's private build
 cache, no network (sandbox_description() says what is in force, and why
@@ -20,6 +23,7 @@ Layer: above the checks (imports the registry, the backend and the report).
 from __future__ import annotations
 
 import atexit
+import io
 import json
 import os
 import shutil
@@ -31,8 +35,10 @@ import threading
 import traceback
 from pathlib import Path
 
+import numpy as np
+
 from . import backend, emulator, exercises
-from .checks.common import DID_NOT_FINISH
+from .checks.common import DID_NOT_FINISH, new_seed
 from .report import FAILED, CheckResult
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,6 +176,7 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
     """The result of one check of the exercise on `submission` (text), computed in a fresh process."""
     spec = exercises.get(exercise).check(check)        # an unknown exercise or check: the caller's mistake
     timeout = float(timeout or spec.timeout)
+    seed = new_seed() if seed is None else int(seed)       # chosen here: a split check's outputs must match it
     job = {"exercise": exercise, "check": check, "submission": submission, "seed": seed}
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         env = child_env(backend_name)
@@ -210,8 +217,8 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
                                details={"did_not_finish": True}, output=out[-4000:])
         if chunks:
             try:
-                result = CheckResult.from_dict(json.loads(b"".join(chunks).decode()))
-            except (UnicodeDecodeError, ValueError, TypeError) as e:      # truncated or foreign
+                result = _result(spec, b"".join(chunks), seed, env["GRADER_BACKEND"] == "gpu")
+            except (UnicodeDecodeError, ValueError, TypeError, KeyError, OSError) as e:    # truncated or foreign
                 return CheckResult(check, FAILED, f"the grading process left an unreadable result: {e}", 0.0,
                                    output=out[-4000:])
             if out:
@@ -225,6 +232,33 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
                            "(see the captured output)", 0.0, output=out[-4000:])
 
 
+# What a grading process writes on its result pipe: b"J" and a CheckResult as
+# JSON, or b"R" and an .npz archive of a split check's outputs ("meta", the
+# collected metadata as JSON, and its arrays), read without pickle.
+def _result(spec, data: bytes, seed: int, gpu: bool) -> CheckResult:
+    if data[:1] == b"R" and spec.judge is not None:
+        with np.load(io.BytesIO(data[1:]), allow_pickle=False) as archive:
+            arrays = {k: archive[k] for k in archive.files if k != "meta"}
+            meta = json.loads(str(archive["meta"]))
+        if meta.get("seed") != seed:
+            raise ValueError(f"outputs for seed {meta.get('seed')!r}, not {seed}")
+        result = spec.judge(meta, arrays, gpu)
+        result.details.setdefault("backend", "gpu" if gpu else "emulator")
+        return result
+    if data[:1] == b"J":
+        result = CheckResult.from_dict(json.loads(data[1:].decode()))
+        if spec.judge is not None and result.status != FAILED:
+            raise ValueError("a verdict where the check's outputs were expected")
+        return result
+    raise ValueError("neither a result nor a check's outputs")
+
+
+def _outputs(meta: dict, arrays: dict) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, meta=np.array(json.dumps(meta)), **arrays)
+    return b"R" + buffer.getvalue()
+
+
 def _read_all(fd: int, chunks: list) -> None:
     with os.fdopen(fd, "rb") as f:
         while data := f.read(1 << 16):
@@ -235,22 +269,27 @@ def _child() -> int:
     import warnings
     warnings.simplefilter("ignore")
     job = json.loads(sys.stdin.read())
-    result_pipe = os.fdopen(job["result_fd"], "w")
+    result_pipe = os.fdopen(job["result_fd"], "wb")
     _apply_limits(job["cpu_seconds"], gpu=os.environ.get("GRADER_BACKEND") == "gpu")
     chosen = backend.current()            # GRADER_BACKEND, as the parent chose it
     emulator.set_launch_timeout(job["launch_timeout"])
     emulator.set_untrusted_sources(True)  # device code only (grader.emulator.policy)
     try:
         check = exercises.get(job["exercise"]).check(job["check"])
-        result = check.run(job["submission"], job.get("seed"))
-        if emulator.stopped_launches():
-            result.details["did_not_finish"] = True
+        if check.collect is not None:
+            payload = _outputs(*check.collect(job["submission"], job.get("seed")))
+        else:
+            result = check.run(job["submission"], job.get("seed"))
+            if emulator.stopped_launches():
+                result.details["did_not_finish"] = True
+            result.details.setdefault("backend", chosen.name)
+            payload = b"J" + json.dumps(result.to_dict()).encode()
     except Exception as e:   # the one broad except: no check should raise, so this is a grader bug
         result = CheckResult(job["check"], FAILED, f"grader error (a bug in the grader, not in your code; tell "
                              f"your instructor): {type(e).__name__}: {e}", 0.0,
                              output=traceback.format_exc()[-4000:])
-    result.details.setdefault("backend", chosen.name)
-    result_pipe.write(json.dumps(result.to_dict()))
+        payload = b"J" + json.dumps(result.to_dict()).encode()
+    result_pipe.write(payload)
     result_pipe.close()
     return 0
 

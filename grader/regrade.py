@@ -30,7 +30,8 @@ from pathlib import Path
 
 from . import exercises, frontend, gradebook
 from .host_functions import source_from_cells
-from .static_values import NotebookValues, NotStatic, call_name, code_cells, grade_id, read_values, static_value
+from .static_values import (NotebookValues, NotStatic, call_name, code_cells, grade_id, parse, read_values,
+                            static_value)
 
 
 # ---- what a test cell tests ----------------------------------------------------------------
@@ -92,6 +93,7 @@ def parse_test(source: str) -> list:
 class Regraded:
     score: float | None             # None: not recomputed (the note says why)
     note: str = ""
+    text: str = ""                  # what the test cell prints: each check's diagnosis
 
 
 def _defines(cells: list[str], name: str) -> bool:
@@ -105,33 +107,51 @@ def _defines(cells: list[str], name: str) -> bool:
     return False
 
 
-def _regrade_exercise(t: ExerciseTest, cells: list[str], values: NotebookValues) -> tuple[float | None, str]:
+def _regrade_exercise(t: ExerciseTest, cells: list[str], values: NotebookValues) -> tuple[float | None, str, str]:
     try:
         ex = exercises.get(t.exercise)
         ex.check(t.check)
     except KeyError as e:
-        return None, f"not recomputed: {e.args[0]}"
+        return None, f"not recomputed: {e.args[0]}", ""
     if ex.host_function is not None:
         if t.variable != ex.host_function or not _defines(cells, t.variable):
-            return None, f"not recomputed: no top-level def {ex.host_function}(...) in the cells before the test"
+            return None, (f"not recomputed: no top-level def {ex.host_function}(...) in the cells before the "
+                          "test"), ""
         submission = source_from_cells(cells, values.values)
     else:
         submission = values.values.get(t.variable)
         if not isinstance(submission, str):
             why = values.unknown.get(t.variable, "never assigned")
-            return None, f"not recomputed: {t.variable} has no static string value ({why})"
-    r = frontend.check(t.exercise, submission, [t.check], announce=False)[t.check]
-    return round(t.points * r.fraction, 3), f"{t.check}: {r.status}"
+            return None, f"not recomputed: {t.variable} has no static string value ({why})", ""
+    report = frontend.check(t.exercise, submission, [t.check], announce=False)
+    r = report[t.check]
+    return round(t.points * r.fraction, 3), f"{t.check}: {r.status}", report.cell_text(t.check)
 
 
-def _regrade_answer(t: AnswerTest, values: NotebookValues) -> tuple[float | None, str]:
+def _unanswered(cells: list[str], name: str) -> bool:
+    """The last top-level assignment to `name` is `name = None` (the release copy's stub)."""
+    last = None
+    for src in cells:
+        tree = parse(src)
+        if isinstance(tree, str):
+            continue
+        for stmt in tree.body:
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets):
+                last = stmt.value
+    return isinstance(last, ast.Constant) and last.value is None
+
+
+def _regrade_answer(t: AnswerTest, cells: list[str], values: NotebookValues) -> tuple[float | None, str, str]:
+    if _unanswered(cells, t.variable):
+        return 0.0, f"{t.variable} = None: not answered", f"[FAIL] not answered: {t.variable} is None"
     v = values.values.get(t.variable)
     if v is None or isinstance(v, str):
         why = values.unknown.get(t.variable, "never assigned") if v is None else "a string"
-        return None, f"not recomputed: {t.variable} has no literal numeric value ({why})"
-    if frontend.answer_is_right(v, t.expected, t.rtol, t.atol):
-        return t.points, f"{t.variable} = {v:g}: right"
-    return 0.0, f"{t.variable} = {v:g}, expected {t.expected:g}"
+        return None, f"not recomputed: {t.variable} has no literal numeric value ({why})", ""
+    ok, verdict = frontend.answer_verdict(v, t.expected, t.rtol, t.atol)
+    if ok:
+        return t.points, f"{t.variable} = {v:g}: right", verdict
+    return 0.0, f"{t.variable} = {v:g}, expected {t.expected:g}", verdict
 
 
 def regrade_cell(test_source: str, cells: list[str], values: NotebookValues) -> Regraded:
@@ -140,13 +160,14 @@ def regrade_cell(test_source: str, cells: list[str], values: NotebookValues) -> 
     if not tests:
         return Regraded(None, "not recomputed: the test calls neither grader.grade nor grader.grade_answer "
                               "(grade this cell by hand)")
-    score, notes = 0.0, []
+    score, notes, texts = 0.0, [], []
     for t in tests:
-        s, note = (_regrade_exercise(t, cells, values) if isinstance(t, ExerciseTest)
-                   else _regrade_answer(t, values))
+        s, note, text = (_regrade_exercise(t, cells, values) if isinstance(t, ExerciseTest)
+                         else _regrade_answer(t, cells, values))
         notes.append(note)
+        texts.append(text)
         score = None if s is None or score is None else score + s
-    return Regraded(score, "; ".join(notes))
+    return Regraded(score, "; ".join(notes), "\n".join(t for t in texts if t))
 
 
 @dataclass
@@ -177,13 +198,14 @@ def regrade_notebook(sub: gradebook.SubmittedNotebook, graded: list[gradebook.Gr
     ids = [grade_id(c) for c in cells]
     rows = []
     for gc in sorted(graded, key=lambda g: ids.index(g.name) if g.name in ids else len(ids)):
-        upto = ids.index(gc.name) if gc.name in ids else len(cells)
-        before = [c.source for c in cells[:upto]]
+        if gc.name not in ids:
+            rows.append(Row(sub.student, sub.name, gc.name, gc.score, None, gc.max_score,
+                            "not recomputed: the graded cell is missing from the notebook (grade it by hand)"))
+            continue
+        before = [c.source for c in cells[:ids.index(gc.name)]]
         values = read_values(before)
         r = regrade_cell(gc.test_source, before, values)
         note = r.note
-        if gc.name not in ids:
-            note += " | the graded cell is missing from the notebook"
         if values.suspicious:
             note += " | suspicious: " + "; ".join(values.suspicious[:3])
         rows.append(Row(sub.student, sub.name, gc.name, gc.score, r.score, gc.max_score, note))

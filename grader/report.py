@@ -109,10 +109,15 @@ class CheckReport:
     def grade_cell(self, name: str, out_of: float) -> float:
         """What an nbgrader test cell does with one check: print its diagnosis
         (stdout, never stderr) and return the points earned."""
-        print(self[name].text())
-        if self.seed is not None:
-            print(f"(random seed {self.seed})")
+        print(self.cell_text(name))
         return self.points(name, out_of)
+
+    def cell_text(self, name: str) -> str:
+        """One check's diagnosis, with the seed to rerun it (once: most messages already name it)."""
+        text = self[name].text()
+        if self.seed is not None and f"seed {self.seed}" not in text:
+            text += f"\n(random seed {self.seed})"
+        return text
 
     def to_dict(self) -> dict:
         return {"exercise": self.exercise, "backend": self.backend, "seed": self.seed,

@@ -70,6 +70,33 @@ def driver_of(function):
     return pycuda.driver
 
 
+# Outputs are poisoned with this NaN before a launch. Its payload is one no
+# arithmetic produces, so an element still holding it was never written; any
+# other NaN was computed by the kernel.
+POISON_BITS = np.uint32(0x7FC0C0DE)
+
+
+def poisoned(shape) -> np.ndarray:
+    """A float32 array of `shape` filled with the poison NaN."""
+    return np.full(shape, POISON_BITS, dtype=np.uint32).view(np.float32)
+
+
+def never_written(values: np.ndarray) -> np.ndarray:
+    """True where an output still holds the poison."""
+    return np.asarray(values, dtype=np.float32).view(np.uint32) == POISON_BITS
+
+
+def nan_hint(value, name: str = "C") -> str:
+    """What a NaN found in an output means, said only when it is sure."""
+    value = np.float32(value)
+    if not np.isnan(value):
+        return ""
+    if value.view(np.uint32) == POISON_BITS:
+        return f" (never written: {name} was poisoned with NaN before the launch)"
+    return (" (a NaN the kernel computed: from an uninitialised value, such as shared memory read before it is "
+            "written, or from a read outside A or B)")
+
+
 def random_inputs(M: int, N: int, K: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Uniform in [-1, 1): signed, so that cancellation shows wrong indices."""
     A = rng.uniform(-1, 1, (M, K)).astype(np.float32)

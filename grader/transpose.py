@@ -15,7 +15,7 @@ import contextlib
 import numpy as np
 
 from .compiler import Kernels
-from .sgemm import driver_of
+from .sgemm import POISON_BITS, driver_of
 from .stages import Launch, cdiv
 
 TRANSPOSE = Kernels("transpose.cu", ("transpose",))
@@ -47,7 +47,7 @@ def run_guarded(function, x: np.ndarray, guard: int, guard_bits: np.uint32):
     n = rows * cols
     host = np.empty(guard + n + guard, dtype=np.float32)
     host.view(np.uint32)[:] = guard_bits
-    host[guard:guard + n] = np.nan
+    host.view(np.uint32)[guard:guard + n] = POISON_BITS
     a = drv.to_device(np.ascontiguousarray(x, dtype=np.float32))
     o = drv.to_device(host)
     try:

@@ -164,3 +164,23 @@ def test_release_answers_are_none_so_the_copy_runs_top_to_bottom():
     assert answer_stub(["A = 1", "B = A + 1"]) == ["A = None  # YOUR ANSWER HERE", "B = None  # YOUR ANSWER HERE"]
     assert answer_stub(["    c, M, N = top2.sgemm_on_device(A, B)", "    return c"]) is None     # code: nbgrader's stub
     assert answer_stub(["x.y = 3"]) is None
+
+
+def test_nothing_is_graded_inside_a_notebook_at_autograde_time(monkeypatch, capsys):
+    """The notebook's own grade calls earn nothing at autograde: GradeFromSource grades its text."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert grader.grade("naive", "not even CUDA", "correctness", points=3) == 0.0
+    assert grader.grade_answer(32, 32, points=1) == 0.0
+    report = grader.check("naive", "not even CUDA", announce=False)
+    out = capsys.readouterr().out
+    assert out.count("the checks run outside this notebook") == 2 and "[PASS]" not in out
+    assert not report.results[0].passed and "outside this notebook" in report.text()
+
+
+def test_a_nan_is_called_never_written_only_when_it_is_the_poison():
+    from grader import sgemm
+    C = sgemm.poisoned((2, 2))
+    C[0, 0] = np.float32(np.inf) * 0
+    assert "never written" in sgemm.nan_hint(C[1, 1]) and sgemm.never_written(C).sum() == 3
+    assert "computed" in sgemm.nan_hint(C[0, 0]) and "never" not in sgemm.nan_hint(C[0, 0])
+    assert sgemm.nan_hint(np.float32(1.5)) == ""

@@ -46,10 +46,21 @@ EXPECTED = {
     (LAB2, "nosync"): QUESTIONS[LAB2],                        # a race: wrong, and the analysis finds it
     (LAB2, "swapped"): QUESTIONS[LAB2] + 2,                   # wrong, but race-free
     (LAB2, "stderr"): TOTAL[LAB2] - PERF[LAB2],               # stderr in an answer cell costs nothing
-    (LAB2, "tamper"): TOTAL[LAB2] - PERF[LAB2],               # nbgrader is fooled; regrade is not
+    (LAB2, "tamper"): TOTAL[LAB2] - PERF[LAB2] - QUESTIONS[LAB2],   # wrong answers; patching grade_answer earns nothing
     (LAB2, "hang"): QUESTIONS[LAB2],                          # stopped within its budget, once
     (LAB2, "poison"): 0.0,            # a blank copy that plants the reference's build in the shared cache
     (LAB2, "blank-after-poison"): 0.0,                        # ... and a blank notebook graded after it
+    (LAB2, "oob-write"): QUESTIONS[LAB2],                     # a store far past C: wrong, and a fault
+    (LAB2, "exit"): TOTAL[LAB2] - PERF[LAB2],                 # its work is all there, graded from its text
+    (LAB2, "deleted-tests"): TOTAL[LAB2] - PERF[LAB2] - 2,    # the deleted races cell scores 0
+    (LAB2, "reads-solutions"): 0.0,                           # the answers are out of reach, and not its text
+    (LAB2, "patches-numpy"): 0.0,
+    (LAB2, "patches-grader"): 0.0,
+    (LAB2, "hides-results"): 0.0,
+    (LAB2, "poisons-env"): 0.0,
+    (LAB2, "forges"): 0.0,                                    # host code refused: does not compile
+    (LAB2, "string-built"): TOTAL[LAB2] - PERF[LAB2],
+    (LAB2, "memory-bomb"): TOTAL[LAB2] - PERF[LAB2],
 }
 
 
@@ -62,7 +73,9 @@ EXPECTED.update({(LAB3, "ref"): _total(LAB3), (LAB4, "ref"): _total(LAB4)})     
 # Performance points a GPU adds: every correct kernel's. A kernel must pass the
 # correctness check before its speed counts, so the broken ones add nothing.
 GPU_PERF = {(LAB1, "ref"): PERF[LAB1], (LAB1, "nobounds"): 1.0,   # its coalesced kernel is the reference
-            (LAB2, "ref"): PERF[LAB2], (LAB2, "stderr"): PERF[LAB2], (LAB2, "tamper"): PERF[LAB2]}
+            (LAB2, "ref"): PERF[LAB2], (LAB2, "stderr"): PERF[LAB2], (LAB2, "tamper"): PERF[LAB2],
+            (LAB2, "exit"): PERF[LAB2], (LAB2, "deleted-tests"): PERF[LAB2], (LAB2, "string-built"): PERF[LAB2],
+            (LAB2, "memory-bomb"): PERF[LAB2]}
 
 
 def _load_config(course: Path):
@@ -91,6 +104,8 @@ def _submit(course: Path, assignment: str, name: str, student: str, edit=None) -
                 c.source = sol[gid]
         if edit:
             edit({c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells})
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") not in getattr(edit, "drop", ())]
+    nb.cells += [nbformat.v4.new_code_cell(src) for src in getattr(edit, "extra_cells", [])]
     dest = course / "submitted" / student / assignment
     dest.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(dest / f"{name}.ipynb"))
@@ -153,12 +168,100 @@ def _poison(cells):
         "_sh.copy(_ref, _stub); _sh.copy(_ref.with_suffix('.json'), _stub.with_suffix('.json'))\n")
 
 
-_poison.on_release = True
+def _on_release(edit):
+    """An edit of the blank release copy (no answers filled in)."""
+    edit.on_release = True
+    return edit
+
+
+_on_release(_poison)
+
+
+def _oob_write(cells):
+    """The reference kernel, plus one store a million floats past the end of C."""
+    _replace(cells["smem-tiling-kernel"], "        C[row * N + col] = sum;",
+             "        C[row * N + col] = sum;\n    if (row == 0 && col == 0) C[M * N + 1000000] = 1.0f;")
+
+
+def _exit(cells):
+    """Every answer right, then the kernel killed by a cell (os._exit) before the test cells run."""
+    cells["smem-tiling-kernel"].source += "\nimport os\nos._exit(0)\n"
+
+
+def _deleted_tests(cells):
+    """The reference with the races test cell deleted (nbgrader scores a missing test 0)."""
+
+
+_deleted_tests.drop = ["smem-tiling-races"]
+
+
+@_on_release
+def _reads_solutions(cells):
+    cells["smem-tiling-kernel"].source = (
+        "import grader.compiler\nTILED_SOURCE = (grader.compiler.SOLUTIONS_DIR / 'smem-tiling.cu').read_text()\n"
+        "grader.check('smem-tiling', TILED_SOURCE)\n")
+
+
+# The attacks below go into an answer cell: nbgrader restores locked cells (setup) before it runs a notebook.
+@_on_release
+def _patches_numpy(cells):
+    cells["q-reduction"].source += "\nnp.allclose = lambda *a, **k: True\nnp.isnan = lambda x: np.zeros(np.shape(x), bool)\n"
+
+
+@_on_release
+def _patches_grader(cells):
+    cells["q-reduction"].source += ("\ngrader.grade = lambda *a, points=1, **k: float(points)\n"
+                              "grader.frontend.grade = grader.grade\n"
+                              "grader.grade_answer = lambda *a, points=1, **k: float(points)\n")
+
+
+@_on_release
+def _hides_results(cells):
+    """No result shown: nbgrader gives a test cell that shows nothing and raises nothing full points."""
+    cells["q-reduction"].source += ("\nimport sys\nsys.displayhook = lambda value: None\n"
+                              "get_ipython().ast_node_interactivity = 'none'\n"
+                              "sys.excepthook = lambda *a: None\nget_ipython().showtraceback = lambda *a, **k: None\n")
+
+
+@_on_release
+def _poisons_environment(cells):
+    """A sitecustomize.py on the PYTHONPATH of every process the notebook starts: the grader patched there."""
+    cells["q-reduction"].source += (
+        "\nimport os, pathlib\n_d = pathlib.Path(os.getcwd()) / '_site'\n_d.mkdir(exist_ok=True)\n"
+        "(_d / 'sitecustomize.py').write_text('import grader.report as r\\nr.CheckResult.fraction = property(lambda s: 1.0)\\n')\n"
+        "os.environ['PYTHONPATH'] = str(_d) + os.pathsep + os.environ.get('PYTHONPATH', '')\n")
+
+
+@_on_release
+def _forges(cells):
+    """Native code in the kernel source: a host destructor that would rewrite the check's result."""
+    cells["smem-tiling-kernel"].source = cells["smem-tiling-kernel"].source.replace(
+        "__global__ void", "#include <cstdio>\n__attribute__((destructor)) static void forge() { "
+        "FILE* f = fopen(\"/tmp/forged\", \"w\"); if (f) fclose(f); }\n__global__ void", 1)
+
+
+def _string_built(cells):
+    """The reference, built with ordinary string operations (an honest student's style)."""
+    k = cells["smem-tiling-kernel"]
+    _replace(k, 'TILED_SOURCE = r"""', 'TILED_SOURCE = (r"""')
+    _replace(k, '"""\ngrader.check', '""".replace("#define TILE 32", "#define TILE " + str(32)) + "\\n")\ngrader.check')
+
+
+def _memory_bomb(cells):
+    """Every answer right, and cells a static evaluator must not follow: a terabyte string, a 100,000-term sum."""
+
+
+_memory_bomb.extra_cells = ['PAD = "x" * 10**12', "BIG = " + " + ".join(["1"] * 100000)]
+
 
 SUBMISSIONS = {
     LAB1: {"ref": None, "blank": False, "nobounds": _nobounds_naive},
     LAB2: {"ref": None, "blank": False, "nobounds": _nobounds_tiled, "nosync": _nosync, "swapped": _swapped,
-           "stderr": _stderr, "tamper": _tamper, "hang": _hang, "poison": _poison, "blank-after-poison": False},
+           "stderr": _stderr, "tamper": _tamper, "hang": _hang, "poison": _poison, "blank-after-poison": False,
+           "oob-write": _oob_write, "exit": _exit, "deleted-tests": _deleted_tests, "reads-solutions": _reads_solutions,
+           "patches-numpy": _patches_numpy, "patches-grader": _patches_grader, "hides-results": _hides_results,
+           "poisons-env": _poisons_environment, "forges": _forges, "string-built": _string_built,
+           "memory-bomb": _memory_bomb},
     LAB3: {"ref": None},
     LAB4: {"ref": None},
 }
@@ -295,31 +398,35 @@ HIDDEN_LINES = {LAB2: _hidden_lines(LAB2)}
 
 def test_feedback_hides_hidden_tests(course):
     course_dir, api, _ = course
-    for student in ("ref", "blank", "hang", "tamper", "poison"):
+    for student in SUBMISSIONS[LAB2]:
         r = api.generate_feedback(LAB2, student, force=True)
         assert r["success"], r.get("log")
         html = next((course_dir / "feedback" / student / LAB2).glob("*.html")).read_text()
         assert "grader.grade(" not in html and "BEGIN HIDDEN TESTS" not in html, student
         for line in HIDDEN_LINES[LAB2]:
             assert html_escape(line) not in html and line not in html, (student, line)
-        assert "output_error" not in html, student
+    for student in SUBMISSIONS[LAB2]:          # no graded cell shows an error (a traceback shows test lines)
+        nb = nbformat.read(str(course_dir / "autograded" / student / LAB2 / f"{NB2}.ipynb"), as_version=4)
+        assert not [o for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"
+                    for o in c.outputs if o.output_type == "error" or o.get("name") == "stderr"], student
 
 
-def test_regrade_flags_tampering(course):
+def test_regrade_agrees_with_autograde(course):
+    """Autograde graded every cell from the notebook's text: a clean regrade finds no difference, still
+    names the patching cells, and survives the memory bomb."""
     from grader.regrade import format_rows, regrade
     course_dir, _, _ = course
     rows = regrade(course_dir, LAB2)
     text = format_rows(rows)
-    differing = {(r.student, r.cell) for r in rows if r.differs}
-    assert differing == {("tamper", "q-reduction-test"), ("tamper", "q-smem-test"),
-                         ("tamper", "q-tiled-intensity-test")}, text
-    tamper = [r for r in rows if r.student == "tamper"]
-    assert any("grader.grade_answer" in r.note for r in tamper), text
-    regraded = {s: sum(r.regraded or 0 for r in rows if r.student == s) for s in SUBMISSIONS[LAB2]}
-    for s in SUBMISSIONS[LAB2]:
-        want = EXPECTED[(LAB2, s)] - (3 if s == "tamper" else 0)
-        if not ON_GPU:
-            assert regraded[s] == pytest.approx(want), (s, text)
+    assert not [r for r in rows if r.differs], text
+    assert any("grader.grade_answer" in r.note for r in rows if r.student == "tamper"), text
+    not_recomputed = {r.student: r.note for r in rows if r.cell == "smem-tiling-races" and not r.recomputed}
+    assert set(not_recomputed) == {"deleted-tests", "reads-solutions"}, text
+    assert "missing from the notebook" in not_recomputed["deleted-tests"], text
+    assert "TILED_SOURCE has no static string value" in not_recomputed["reads-solutions"], text
+    if not ON_GPU:
+        for s in SUBMISSIONS[LAB2]:
+            assert sum(r.regraded or 0 for r in rows if r.student == s) == pytest.approx(EXPECTED[(LAB2, s)]), (s, text)
 
 
 def test_regrade_cli(course):
@@ -329,8 +436,8 @@ def test_regrade_cli(course):
                        capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(
                            [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])},
                        timeout=600)
-    assert p.returncode == 1, p.stdout + p.stderr
-    assert "DIFFERS tamper" in p.stdout and "3 score(s) differ" in p.stdout
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "DIFFERS" not in p.stdout and "0 score(s) differ" in p.stdout
     assert p.stderr == ""
 
 

@@ -184,10 +184,18 @@ def test_the_sandbox_says_what_it_uses():
     assert (tool is None) == ("bubblewrap:" not in why)
 
 
-def test_bubblewrap_keeps_writes_inside_the_private_folder(tmp_path):
+def _bubblewrap_or_skip() -> str:
+    """bubblewrap, or skip with why; in CI (which installs it) a missing sandbox fails."""
     tool, why = isolation.bubblewrap()
     if tool is None:
+        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+            pytest.fail(why)
         pytest.skip(why)
+    return tool
+
+
+def test_bubblewrap_keeps_writes_inside_the_private_folder(tmp_path):
+    tool = _bubblewrap_or_skip()
     inside, cache = tmp_path / "inside", tmp_path / "cache"
     inside.mkdir(), cache.mkdir()
     outside = REPO / "sandbox-write-probe"
@@ -205,3 +213,79 @@ def test_a_grading_process_limits_its_resources():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     cpu, nofile, address_space, missing = p.stdout.split(maxsplit=3)
     assert int(cpu) == 101 and int(nofile) <= 1024 and int(address_space) <= 32 << 30 and missing.strip() == "[]"
+
+
+def test_the_autograde_kernel_cannot_read_the_answers_or_write_outside_its_folder(tmp_path):
+    """nbgrader's kernel at autograde time (grader.nbgrader_ext.SandboxedKernelManager)."""
+    pytest.importorskip("nbgrader")
+    import asyncio
+
+    from traitlets.config import Config
+
+    from grader.nbgrader_ext import SandboxedKernelManager
+    _bubblewrap_or_skip()
+    course = tmp_path / "course"
+    own = course / "autograded" / "alice" / "A"
+    other = course / "autograded" / "bob" / "A"
+    for d in (own, other, course / "source" / "A"):
+        d.mkdir(parents=True)
+    (other / "bob.ipynb").write_text("{}")
+    (course / "gradebook.db").write_text("grades")
+    c = Config()
+    c.CourseDirectory.root = str(course)
+    probe = ("import os\n"
+             "def attempt(f):\n    try:\n        return f()\n    except OSError as e:\n        return e.strerror\n"
+             f"print(sorted(os.listdir({str(REPO / 'solutions')!r})), os.listdir({str(other.parent.parent)!r}), "
+             f"os.listdir({str(course / 'source')!r}), attempt(lambda: open({str(course / 'gradebook.db')!r}).read()))\n"
+             "open('mine.txt', 'w').write('ok')\n"
+             f"print(attempt(lambda: open({str(course / 'planted.txt')!r}, 'w')))\n")
+
+    async def run() -> str:
+        km = SandboxedKernelManager(kernel_name="python3", config=c)
+        await km.start_kernel(cwd=str(own))
+        kc = km.client()
+        kc.start_channels()
+        out = []
+        try:
+            await kc.wait_for_ready(timeout=120)
+            await kc.execute_interactive(probe, timeout=60, output_hook=lambda m: out.append(
+                m["content"].get("text") or m["content"].get("evalue") or ""))
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
+        return "".join(out)
+
+    out = asyncio.run(run())
+    assert out.splitlines() == ["[] ['alice'] [] Permission denied", "Read-only file system"], out
+    assert (own / "mine.txt").read_text() == "ok" and not (course / "planted.txt").exists()
+    assert (REPO / "solutions" / "naive.cu").exists()
+
+
+def test_the_verdict_on_correctness_is_computed_from_outputs_in_the_parent():
+    """The grading process returns only what the kernel computed; the parent makes the inputs again from
+    its own seed and judges. A verdict, or outputs for another seed, from the child earn nothing."""
+    import numpy as np
+
+    from grader import exercises, sgemm
+    from grader.checks import correctness
+    from grader.report import PASSED
+    spec = exercises.get("naive").check("correctness")
+    stage = grader.stages.stage("naive")
+    meta, arrays = {"seed": 7, "log": "", "compile_error": None, "shapes": []}, {}
+    rng = np.random.default_rng(7)
+    for i, (M, N, K) in enumerate(correctness.shapes(False)):
+        A, B = sgemm.random_inputs(M, N, K, rng)
+        meta["shapes"].append({"failure": None})
+        arrays.update({f"C{i}": (A.astype(np.float64) @ B).astype(np.float32), f"before{i}": np.empty(0, np.int64),
+                       f"after{i}": np.empty(0, np.int64)})
+    payload = isolation._outputs(meta, arrays)
+    assert isolation._result(spec, payload, 7, gpu=False).status == PASSED
+    with pytest.raises(ValueError):
+        isolation._result(spec, payload, 8, gpu=False)            # the parent chose seed 8
+    arrays["C2"] = arrays["C2"] + 1
+    wrong = isolation._result(spec, isolation._outputs(meta, arrays), 7, gpu=False)
+    assert not wrong.passed and "M=1 N=129 K=31" in wrong.message
+    forged = json.dumps(correctness.judge(stage, *correctness.collect(stage, (REPO / "solutions" / "naive.cu")
+                                                                       .read_text(), 7), gpu=False).to_dict())
+    with pytest.raises(ValueError):
+        isolation._result(spec, b"J" + forged.encode(), 7, gpu=False)   # a passing verdict instead of outputs

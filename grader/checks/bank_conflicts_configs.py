@@ -95,7 +95,7 @@ def _one_config(stage, source: str, d: dict, rng, driver) -> tuple[bool, list[st
                 r, c, want, got = cmp.first
                 problems.append(f"{cmp.wrong} of {M * N} elements of C wrong; first at row {r}, column {c}: "
                                 f"expected {want:.6g}, got {got:.6g}"
-                                + (" (never written: C was poisoned with NaN)" if np.isnan(got) else ""))
+                                + sgemm.nan_hint(C[r, c]))
             if problems:
                 ok = False
                 lines.append(f"{shape}: " + "; ".join(problems))

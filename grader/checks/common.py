@@ -16,7 +16,7 @@ import numpy as np
 
 from ..compiler import CompileFailed, Kernels, compile_kernels
 from ..report import CheckResult
-from ..sgemm import launch_kernel
+from ..sgemm import POISON_BITS, launch_kernel
 from ..stages import Launch, Stage
 
 # The bit pattern written around C: a signalling NaN no float arithmetic produces.
@@ -95,7 +95,7 @@ def start_kernels(name: str, kernels: Kernels, source: str, seed: int | None, on
 
 
 def run_guarded(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray, guard: int | None = None):
-    """C = A B with C NaN-poisoned and `guard` poisoned floats before and after
+    """C = A B with C poisoned (grader.sgemm.POISON_BITS) and `guard` poisoned floats before and after
     it in the same allocation. Returns (C, guard_before_ok, guard_after_ok,
     first bad guard offsets)."""
     M, K = A.shape
@@ -105,7 +105,7 @@ def run_guarded(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray, 
     host = np.empty(guard + M * N + guard, dtype=np.float32)
     bits = host.view(np.uint32)
     bits[:] = GUARD_BITS
-    host[guard:guard + M * N] = np.nan
+    bits[guard:guard + M * N] = POISON_BITS
     a = driver.to_device(np.ascontiguousarray(A, dtype=np.float32))
     b = driver.to_device(np.ascontiguousarray(B, dtype=np.float32))
     c = driver.to_device(host)

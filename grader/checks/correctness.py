@@ -47,40 +47,84 @@ def heatmap(bad: np.ndarray, title: str) -> str:
 
 
 def run(stage, source: str, seed: int | None = None) -> CheckResult:
+    """The check in one process (tests, tools): judge(collect(...))."""
+    from ..perf import on_gpu
+    return judge(stage, *collect(stage, source, seed), gpu=on_gpu())
+
+
+def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
+    """What the student's kernel did, and nothing judged: (meta, arrays). The
+    grading process runs this; the verdict is computed by judge() in the
+    process that started it, from these outputs and the seed alone (a kernel
+    that scribbled over the grading process's memory cannot forge it)."""
     from ..perf import on_gpu
     seed = new_seed() if seed is None else int(seed)
     rng = np.random.default_rng(seed)
     driver, _ = drivers()
+    meta = {"seed": seed, "log": "", "compile_error": None, "shapes": []}
+    arrays = {}
     try:
-        function, log = compile_function(stage, source)
+        function, meta["log"] = compile_function(stage, source)
     except CompileFailed as e:
-        return CheckResult.make(NAME, False, f"the kernel does not compile:\n{e}", details={"seed": seed})
-    lines, figure = [], None
-    ok_all = True
+        meta["compile_error"] = str(e)
+        return meta, arrays
     gpu = on_gpu()
     reference = []
-    stopped = False
 
     def run_reference(launch, A, B):
         if not reference:
             reference.append(compile_function(stage, stage.source())[0])
         run_guarded(driver, reference[0], launch, A, B)
 
-    for M, N, K in shapes(gpu):
+    for i, (M, N, K) in enumerate(shapes(gpu)):
         A, B = sgemm.random_inputs(M, N, K, rng)
         launch = stage.launch(M, N, K)
-        shape = f"M={M} N={N} K={K}"
         try:
             with launch_budget((NAME, stage.id, M, N, K), lambda: run_reference(launch, A, B), emulated=not gpu):
                 C, before, after = run_guarded(driver, function, launch, A, B)
         except launch_errors(driver) as e:     # a failed launch: the message says which
-            why = launch_failure(driver, e)
-            lines.append(f"{shape}: {why}")
-            ok_all = False
-            stopped = did_not_finish(e)
-            if gpu or stopped:
+            meta["shapes"].append({"failure": launch_failure(driver, e), "stopped": did_not_finish(e)})
+            if gpu or did_not_finish(e):
                 break               # on a GPU the context is gone after a fault; a hang would hang again
             continue
+        meta["shapes"].append({"failure": None})
+        arrays.update({f"C{i}": C, f"before{i}": before, f"after{i}": after})
+    return meta, arrays
+
+
+def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    """The verdict on collect()'s outputs: the inputs are made again from the
+    seed, here; anything missing or malformed is wrong."""
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return CheckResult.make(NAME, False, f"the kernel does not compile:\n{meta['compile_error']}",
+                                details={"seed": seed})
+    rng = np.random.default_rng(seed)
+    lines, figure = [], None
+    ok_all = True
+    stopped = False
+    ran = list(meta.get("shapes", []))
+    for i, (M, N, K) in enumerate(shapes(gpu)):
+        A, B = sgemm.random_inputs(M, N, K, rng)
+        shape = f"M={M} N={N} K={K}"
+        if i >= len(ran):           # after a GPU fault or a hang the rest was not run; else outputs are missing
+            if ok_all:
+                lines.append(f"{shape}: the grading process returned no result for this shape")
+            ok_all = False
+            break
+        outcome = ran[i]
+        if outcome.get("failure"):
+            lines.append(f"{shape}: {outcome['failure']}")
+            ok_all = False
+            stopped = stopped or bool(outcome.get("stopped"))
+            continue
+        C = np.asarray(arrays.get(f"C{i}", np.empty(0)), dtype=np.float32)
+        if C.shape != (M, N):
+            lines.append(f"{shape}: the grading process returned no C of this shape")
+            ok_all = False
+            continue
+        before = np.asarray(arrays.get(f"before{i}", np.empty(0)), dtype=np.int64)
+        after = np.asarray(arrays.get(f"after{i}", np.empty(0)), dtype=np.int64)
         problems = []
         if len(before) or len(after):
             where = []
@@ -94,8 +138,7 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
         if not cmp.ok:
             r, c, want, got = cmp.first
             problems.append(f"{cmp.wrong} of {M * N} elements wrong; first at row {r}, column {c}: "
-                            f"expected {want:.6g}, got {got:.6g}"
-                            + (" (never written: C was poisoned with NaN)" if np.isnan(got) else ""))
+                            f"expected {want:.6g}, got {got:.6g}" + sgemm.nan_hint(C[r, c]))
             if cmp.wrong >= HEATMAP_FROM and figure is None:
                 figure = heatmap(sgemm.wrong_elements(C, A, B)[0], f"wrong elements, {shape}")
         if problems:
@@ -107,4 +150,4 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
         f" (random seed {seed}; tolerance 2 K eps sum|a b| per element against float64)"
     details = {"seed": seed, **({"did_not_finish": True} if stopped else {})}
     return CheckResult.make(NAME, ok_all, head + "\n" + "\n".join(lines), figure=figure,
-                            details=details, output=log)
+                            details=details, output=meta.get("log", ""))

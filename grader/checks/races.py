@@ -32,7 +32,7 @@ def _launch(driver, function, stage, A, B, reference=None):
     N = B.shape[1]
     launch = stage.launch(M, N, K)
     a, b = driver.to_device(A), driver.to_device(B)
-    C = np.full((M, N), np.nan, dtype=np.float32)
+    C = sgemm.poisoned((M, N))
     c = driver.to_device(C)
     try:
         sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
@@ -98,8 +98,8 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
                     "read data that other threads have not written yet (or overwrite it too early): a "
                     "missing __syncthreads()?")
                 break
-        if np.isnan(C0).any():
-            problems.append(f"{int(np.isnan(C0).sum())} element(s) of C were never written: only a kernel "
+        if sgemm.never_written(C0).any():
+            problems.append(f"{int(sgemm.never_written(C0).sum())} element(s) of C were never written: only a kernel "
                             "that computes C is credited with being race-free")
     shape = f"M={M} N={N} K={K}, random seed {seed}"
     if problems:

@@ -15,7 +15,7 @@ import numpy as np
 from .. import transpose
 from ..backend import drivers
 from ..report import CheckResult
-from ..sgemm import driver_of
+from ..sgemm import driver_of, nan_hint, never_written, poisoned
 from . import emulator_tools as analysis
 from .bank_conflicts_configs import conflict_report
 from .common import GUARD_BITS, launch_errors, launch_failure, start_kernels
@@ -52,8 +52,7 @@ def _compare(out: np.ndarray, x: np.ndarray) -> str | None:
     r, c = (int(v) for v in np.argwhere(bad)[0])
     got = out[r, c]
     return (f"{int(bad.sum())} of {out.size} elements of out wrong; first out[{r}][{c}]: expected in[{c}][{r}] = "
-            f"{want[r, c]:.6g}, got {got:.6g}" + (" (never written: out was poisoned with NaN)" if np.isnan(got)
-                                                  else ""))
+            f"{want[r, c]:.6g}, got {got:.6g}" + nan_hint(got, "out"))
 
 
 def _guarded(function, x: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -112,7 +111,7 @@ def _launch(function, x: np.ndarray):
     drv = driver_of(function)
     rows, cols = x.shape
     a = drv.to_device(x)
-    out = np.full((cols, rows), np.nan, dtype=np.float32)
+    out = poisoned((cols, rows))
     o = drv.to_device(out)
     try:
         transpose.launch_kernel(function, rows, cols, a, o)
@@ -162,8 +161,8 @@ def run_races(source: str, seed: int | None = None) -> CheckResult:
                     f"{out0[r, c]:.6g} in the normal order, {out1[r, c]:.6g} permuted - threads read tile elements "
                     "that other threads have not written yet: a missing __syncthreads()?")
                 break
-        if np.isnan(out0).any():
-            problems.append(f"{int(np.isnan(out0).sum())} element(s) of out were never written: only a kernel that "
+        if never_written(out0).any():
+            problems.append(f"{int(never_written(out0).sum())} element(s) of out were never written: only a kernel that "
                             "transposes is credited with being race-free")
     shape = f"in {rows} x {cols}, random seed {seed}"
     if problems:

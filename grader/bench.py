@@ -1,10 +1,14 @@
 """Benchmark every stage of the stage table.
 
-On a GPU: GFLOPS per stage and shape next to cuBLAS measured in the same run on
-the same data (median of >= 20 runs; see grader.perf), an occupancy table (our
-calculator vs the CUDA API), and results/<gpu>/bench.json, bench.md and
-roofline.png. On the emulator: every stage's reference kernel once on a few
-small non-square shapes, correctness only ("not timed: no GPU").
+On a GPU: GFLOPS per stage and shape next to cuBLAS, timed side by side on
+the same data (their runs interleaved, median of >= 20 each; see
+grader.perf.time_kernels), the ratio to cuBLAS per shape, an occupancy table
+(our calculator vs the CUDA API), and results/<gpu>/bench.json, bench.md and
+roofline.png. The stage "autotuned" runs each shape with the configuration of
+its shape class (grader.stages.autotuned_for: tiles, and split-K where the
+tiles of C are too few for the GPU). On the emulator: every stage's reference
+kernel once on a few small non-square shapes, correctness only ("not timed:
+no GPU").
 
     python3 -m grader.bench [--sizes 1024,4096,4000x3000x2000]
       [--stages naive,coalesced] [--repeat 20] [--budget 60] [--out DIR]
@@ -28,8 +32,9 @@ from .command import ROOT, recorded_command
 from .perf import NO_GPU
 from .stages import stage
 
-DEFAULT_SIZES = "1024,2048,4096,8192,4000x3000x2000"
-EMULATOR_SHAPES = [(17, 33, 9), (128, 64, 96), (257, 129, 65)]
+# Large squares, a small one, a non-square one, few outputs with a long K, tall-skinny and short-wide.
+DEFAULT_SIZES = "1024,2048,4096,8192,4000x3000x2000,512x512x8192,8192x128x8192,128x8192x8192"
+EMULATOR_SHAPES = [(17, 33, 9), (128, 64, 96), (257, 129, 65), (40, 36, 300)]   # the last: split-K
 NO_CHECK = "not checked: no GPU"
 FAILED = ("wrong", "error", "impossible")
 
@@ -136,17 +141,19 @@ def run_emulator(stage_list, args) -> int:
         + ", ".join(shape_str(*s) for s in EMULATOR_SHAPES))
     rng = np.random.default_rng(args.seed)
     rows, occ_rows, failures = [], [], []
+    builds = Builds()
     for st in stage_list:
         t0 = time.perf_counter()
         ok, detail, function = True, "", None
         try:
-            function = sgemm.compile_kernel(st)
+            function = builds.function(st)
         except drv.Error as e:      # CompileError, or no kernel of that name
             ok, detail = False, f"compile error: {str(e).strip().splitlines()[0] if str(e).strip() else e!r}"
         for M, N, K in EMULATOR_SHAPES if function is not None else []:
             A, B = sgemm.random_inputs(M, N, K, rng)
             try:
-                result = sgemm.compare(sgemm.run(st, A, B, function=function), A, B)
+                shaped = for_shape(st, M, N, K)
+                result = sgemm.compare(sgemm.run(shaped, A, B, function=builds.function(shaped)), A, B)
                 if not result.ok:
                     ok, detail = False, result.describe((M, N, K))
             except (drv.Error, TypeError, ValueError) as e:     # a failed launch
@@ -198,14 +205,34 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
 
 
-def _compile(st):
+def for_shape(st, M: int, N: int, K: int):
+    """The stage as it runs this shape: "autotuned" with its shape class's
+    configuration (grader.stages.autotuned_for), any other stage as it is."""
+    from .stages import autotuned_for
+    return autotuned_for(M, N, K) if st.id == "autotuned" else st
+
+
+class Builds:
+    """Each stage build compiled once (by source and -D options): the
+    autotuned stage has one per shape class."""
+
+    def __init__(self):
+        self._functions = {}
+
+    def function(self, st):
+        from . import sgemm
+        key = (st.source_path, tuple(st.options()))
+        if key not in self._functions:
+            self._functions[key] = sgemm.compile_kernel(st)
+        return self._functions[key]
+
+
+def _compile(st, builds: Builds):
     """(Function, cubin for the occupancy API or None, error message or '')."""
     import pycuda.driver as drv
     from pycuda.compiler import compile as nvcc_compile
-
-    from . import sgemm
     try:
-        function = sgemm.compile_kernel(st)
+        function = builds.function(st)
     except drv.Error as e:      # CompileError, or no kernel of that name
         return None, None, f"compile error: {e}"
     try:
@@ -238,7 +265,8 @@ def run_gpu(stage_list, args, argv) -> int:
         return 2
     say(f"bench: {name} (sm_{cc[0]}{cc[1]}), FP32 peak {peak / 1e12:.1f} TFLOPS, "
         f"copy bandwidth {bandwidth / 1e9:.0f} GB/s (DRAM {dram / 1e9:.0f} GB/s from its attributes); {tf32}")
-    compiled = {st.id: _compile(st) for st in stage_list}
+    builds = Builds()
+    compiled = {st.id: _compile(st, builds) for st in stage_list}
 
     records, cublas_records = [], []
     for i, (M, N, K) in enumerate(args.shapes):
@@ -251,22 +279,26 @@ def run_gpu(stage_list, args, argv) -> int:
                                "median_ms": w.cublas.median_s * 1e3 if cb is not None else None})
         say(f"  {shape_str(M, N, K)}: cuBLAS {fmt(cb)} GFLOPS ({cb_status})")
         for st in stage_list:
+            shaped = for_shape(st, M, N, K)
+            launch = shaped.launch(M, N, K)
             function, _, error = compiled[st.id]
+            if function is not None and shaped is not st:
+                function, _, error = _compile(shaped, builds)
             if function is None:
                 m = perf.Measurement("wrong", error)
             else:
                 try:
-                    m = perf.measure_sgemm(function, st.launch(M, N, K), w, repeat=args.repeat,
-                                           budget_s=args.budget, peak_flops=peak)
+                    m = perf.measure_sgemm(function, launch, w, repeat=args.repeat, budget_s=args.budget,
+                                           peak_flops=peak, side_by_side=True)
                 except (drv.Error, RuntimeError) as e:     # a failed launch (PyCUDA), or CuPy's sync after it
                     m = perf.Measurement("error", f"{type(e).__name__}: {e}")
-            m.cublas_gflops = cb
             timing = m.kernel if isinstance(m.kernel, perf.Timing) else None
             records.append({"stage": st.id, "M": M, "N": N, "K": K, "status": m.status, "detail": m.detail,
-                            "gflops": m.gflops, "cublas_gflops": cb, "ratio": m.ratio,
+                            "gflops": m.gflops, "cublas_gflops": m.cublas_gflops, "ratio": m.ratio,
                             "median_ms": timing.median_s * 1e3 if timing else None,
-                            "runs": timing.runs if timing else 0})
-            say(f"    {st.id}: {m.status} {fmt(m.gflops)} GFLOPS  {m.detail}")
+                            "runs": timing.runs if timing else 0, "build": build_note(shaped, launch)})
+            say(f"    {st.id}: {m.status} {fmt(m.gflops)} GFLOPS = {fmt(m.ratio, '.3f')} x cuBLAS "
+                f"({fmt(m.cublas_gflops)} side by side)  {m.detail}")
         del w
         cp.get_default_memory_pool().free_all_blocks()
 
@@ -277,10 +309,13 @@ def run_gpu(stage_list, args, argv) -> int:
                  for r in records]
     perf_table = table(["stage", "shape", "GFLOPS", "cuBLAS GFLOPS", "ratio", "status"], perf_rows)
     occ_table = table(OCC_HEADERS, occ_rows)
+    ratio_table = ratios_by_shape(records)
     say("")
     say(perf_table)
     say("")
     say(occ_table)
+    say("")
+    say(ratio_table)
 
     out = Path(args.out) if args.out else ROOT / "results" / _slug(name)
     out.mkdir(parents=True, exist_ok=True)
@@ -297,13 +332,40 @@ def run_gpu(stage_list, args, argv) -> int:
         f"# SGEMM benchmark on {name}\n\nCommand:\n\n```\n{command}\n```\n\n"
         f"FP32 peak {peak / 1e9:.0f} GFLOPS; device-to-device copy {bandwidth / 1e9:.0f} GB/s; {tf32}.\n"
         f"Median of {args.repeat} runs, L2 flushed before each, uniform random inputs, "
-        f"output checked against cuBLAS first.\n\n{perf_table}\n\n## Occupancy (launch at 4096^3)\n\n"
-        f"{occ_table}\n")
+        f"output checked against cuBLAS first; cuBLAS timed side by side (runs interleaved with each kernel's).\n\n"
+        f"{perf_table}\n\n## Ratio to cuBLAS by shape\n\n{ratio_table}\n\n"
+        f"## Occupancy (launch at 4096^3)\n\n{occ_table}\n")
     plotted = roofline(records, cublas_records, peak, bandwidth, out / "roofline.png", name)
     say(f"\nbench: wrote {out / 'bench.json'}, {out / 'bench.md'}" + (f", {plotted}" if plotted else ""))
     bad = [r for r in records if r["status"] in FAILED]
     say(f"bench: {len(bad)} failed measurement(s)" if bad else "bench: every measured stage is correct")
     return 1 if bad else 0
+
+
+def build_note(st, launch) -> str:
+    """The autotuned stage's build and split at a shape (empty for the others)."""
+    if st.id != "autotuned":
+        return ""
+    from .autotune_rules import describe
+    return f"{st.title.split('(')[-1].rstrip(')')}: {describe(st.defines)}, {launch.grid[2]} slice(s) of K"
+
+
+def ratios_by_shape(records) -> str:
+    """Per shape: cuBLAS, the fastest stage and the autotuned stage (with the
+    build it used), each ratio measured side by side."""
+    rows = []
+    for shape in dict.fromkeys((r["M"], r["N"], r["K"]) for r in records):
+        mine = [r for r in records if (r["M"], r["N"], r["K"]) == shape and r["ratio"] is not None]
+        if not mine:
+            rows.append([shape_str(*shape), "-", "-", "-", "-", "-"])
+            continue
+        best = max(mine, key=lambda r: r["ratio"])
+        auto = next((r for r in mine if r["stage"] == "autotuned"), None)
+        rows.append([shape_str(*shape), fmt(best["cublas_gflops"]), f"{best['stage']} {best['ratio']:.3f}",
+                     fmt(auto["ratio"], ".3f") if auto else "-", fmt(auto["gflops"]) if auto else "-",
+                     auto["build"] if auto else ""])
+    return table(["shape", "cuBLAS GFLOPS", "fastest stage, ratio", "autotuned ratio", "autotuned GFLOPS",
+                  "autotuned build"], rows)
 
 
 def replot(bench_json: Path) -> int:

@@ -174,6 +174,17 @@ def time_kernel(launch_fn, repeat: int = MIN_REPEAT, warmup: int = 3, flush: boo
     L2 flush, after `warmup` untimed runs. Returns a Timing (its median_s is
     the published figure), NOT_TIMED on the emulator, or a NotTimed saying
     "skipped: ..." when `repeat` runs would take longer than `budget_s`."""
+    timings = time_kernels([launch_fn], repeat, warmup, flush, budget_s)
+    return timings[0] if isinstance(timings, list) else timings
+
+
+def time_kernels(launch_fns, repeat: int = MIN_REPEAT, warmup: int = 3, flush: bool = True,
+                 budget_s: float | None = None):
+    """time_kernel for several launches side by side: each run is one run of
+    every launch_fn in turn (A B A B ...), each timed alone after its own L2
+    flush, so that clock and temperature drift reach all of them alike. A list
+    of Timing in the order of launch_fns, or the NotTimed (one for all; the
+    budget is for all of them together)."""
     if not on_gpu():
         return NOT_TIMED
     if repeat < MIN_REPEAT:
@@ -182,22 +193,25 @@ def time_kernel(launch_fn, repeat: int = MIN_REPEAT, warmup: int = 3, flush: boo
     flusher = l2_flush() if flush else (lambda: None)
     start, end = drv.Event(), drv.Event()
     for _ in range(max(1, warmup)):
-        flusher()
-        start.record()
-        launch_fn()
-        end.record()
-        end.synchronize()
-        one = end.time_since(start) / 1e3
+        one = 0.0
+        for fn in launch_fns:
+            flusher()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            one += end.time_since(start) / 1e3
         if budget_s is not None and one * repeat > budget_s:
             return NotTimed(f"skipped: one run takes {one:.2f} s; {repeat} runs exceed the {budget_s:.0f} s budget")
-    events = [(drv.Event(), drv.Event()) for _ in range(repeat)]
-    for s, e in events:
-        flusher()
-        s.record()
-        launch_fn()
-        e.record()
-    events[-1][1].synchronize()
-    return Timing([e.time_since(s) / 1e3 for s, e in events])
+    events = [[(drv.Event(), drv.Event()) for _ in launch_fns] for _ in range(repeat)]
+    for run in events:
+        for fn, (s, e) in zip(launch_fns, run):
+            flusher()
+            s.record()
+            fn()
+            e.record()
+    events[-1][-1][1].synchronize()
+    return [Timing([run[i][1].time_since(run[i][0]) / 1e3 for run in events]) for i in range(len(launch_fns))]
 
 
 # ---- inputs, cuBLAS, verification ------------------------------------------------------
@@ -298,6 +312,7 @@ class Measurement:
     kernel: object = NOT_TIMED
     gflops: float | None = None
     cublas_gflops: float | None = None
+    side_by_side: bool = False       # cuBLAS timed in the same loop as the kernel (interleaved)
 
     @property
     def ratio(self) -> float | None:
@@ -307,8 +322,10 @@ class Measurement:
 
 
 def measure_sgemm(function, launch, w, repeat: int = MIN_REPEAT, budget_s: float | None = None,
-                  peak_flops: float | None = None) -> Measurement:
-    """Verify a stage kernel on w (output poisoned with NaN), time it, compare with cuBLAS."""
+                  peak_flops: float | None = None, side_by_side: bool = False) -> Measurement:
+    """Verify a stage kernel on w (output poisoned with NaN), time it, compare
+    with cuBLAS: w.cublas, or (side_by_side) cuBLAS timed again, interleaved
+    with the kernel's runs (time_kernels)."""
     if not on_gpu() or isinstance(w, NotTimed):
         return Measurement("not timed", NO_GPU)
     cp = _cupy()
@@ -320,19 +337,28 @@ def measure_sgemm(function, launch, w, repeat: int = MIN_REPEAT, budget_s: float
     ok, detail = verify(w)
     if not ok:
         return Measurement("wrong", detail)
-    timing = time_kernel(run, repeat=repeat, budget_s=budget_s)
+    cublas = w.cublas
+    if side_by_side:
+        out = cp.empty_like(w.C_ref)
+        timings = time_kernels([run, lambda: cp.matmul(w.A, w.B, out=out)], repeat=repeat, budget_s=budget_s)
+        timing, cublas = timings if isinstance(timings, list) else (timings, None)
+    else:
+        timing = time_kernel(run, repeat=repeat, budget_s=budget_s)
     if not isinstance(timing, Timing):
         return Measurement("skipped", str(timing), timing)
     ok, detail = verify(w)       # the output of the last timed run, too
     if not ok:
         return Measurement("wrong", "after timing: " + detail, timing)
     g = gflops(w.M, w.N, w.K, timing)
-    cb = gflops(w.M, w.N, w.K, w.cublas) if isinstance(w.cublas, Timing) else None
+    cb = gflops(w.M, w.N, w.K, cublas) if isinstance(cublas, Timing) else None
     try:
         check_plausible(g, peak, "kernel")
+        if cb is not None:
+            check_plausible(cb, peak, "cuBLAS")
     except ImpossibleResult as e:
         return Measurement("impossible", str(e), timing, g, cb)
-    return Measurement("ok", f"median of {timing.runs} runs", timing, g, cb)
+    how = f"median of {timing.runs} runs" + (", cuBLAS interleaved" if side_by_side else "")
+    return Measurement("ok", how, timing, g, cb, side_by_side)
 
 
 def memory_bandwidth(nbytes: int = 1 << 30, repeat: int = MIN_REPEAT):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -18,6 +18,7 @@ from .compiler import SOLUTIONS_DIR
 
 
 Dim3 = tuple[int, int, int]
+LAUNCH_SETTINGS = frozenset({"SPLIT_K"})   # defines only a launch rule reads (see split_slices)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -49,7 +50,8 @@ class Stage:
         return self.source_path.read_text()
 
     def options(self, defines: dict | None = None) -> list[str]:
-        return [f"-D{k}={v}" for k, v in {**self.defines, **(defines or {})}.items()]
+        """The -D options of the build (launch settings left out: they change no code)."""
+        return [f"-D{k}={v}" for k, v in {**self.defines, **(defines or {})}.items() if k not in LAUNCH_SETTINGS]
 
     def launch(self, M: int, N: int, K: int, defines: dict | None = None) -> Launch:
         return self.launch_rule(M, N, K, {**self.defines, **(defines or {})})
@@ -102,19 +104,60 @@ def warptile_shared_bytes(d) -> int:
 
 def _warptile(M, N, K, d) -> Launch:
     """NUM_THREADS threads per BM x BN tile of C, blocks numbered down the
-    columns of tiles; and the copy pipeline's shared memory."""
-    return Launch(grid=(cdiv(M, d["BM"]), cdiv(N, d["BN"]), 1), block=(d["NUM_THREADS"], 1, 1),
+    columns of tiles, split_slices(...) blocks per tile along K (gridDim.z);
+    and the copy pipeline's shared memory."""
+    grid = (cdiv(M, d["BM"]), cdiv(N, d["BN"]))
+    return Launch(grid=(*grid, split_slices(K, grid[0] * grid[1], d)), block=(d["NUM_THREADS"], 1, 1),
                   shared=warptile_shared_bytes(d))
 
 
+# ---- the autotuned stage: one configuration per class of shapes ----------------
 TUNED_CONFIGS_PATH = Path(__file__).resolve().parent / "tuned_configs.json"
 WARPTILE_PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "NUM_THREADS", "STAGES", "MIN_BLOCKS")
+SHAPE_CLASSES = ("large-square", "medium-square", "small-square", "tall-skinny", "short-wide", "large-k")
+GRADED_CLASS = "large-square"        # the class of the graded size (4096^3): the stage "autotuned" itself
+# The split-K workspace of the autotuned stage's builds, in floats (32 MiB of the module's global memory):
+# gridDim.z x the tiles of C x BM x BN must fit (split_slices keeps to it).
+SPLITK_WORKSPACE = 1 << 23
 
 
-def tuned_config(gpu_name: str | None = None, path: Path | None = None) -> dict:
-    """The autotuned stage's -D values for a GPU model, from tuned_configs.json:
-    the entry named like the GPU when there is one, else "default". Without a
-    name, the current device's (the emulator's name is never listed)."""
+def shape_class(M: int, N: int, K: int) -> str:
+    """Which tuned configuration C = A B (M x K times K x N) gets: few outputs
+    and a long K ("large-k", the case for split-K), far more rows than columns
+    ("tall-skinny") or the reverse ("short-wide"), at most 1024 x 1024 outputs
+    ("small-square"), at most 2^23 (2896^2: 2048^3 is one wave of 128 x 256
+    tiles on 132 SMs) ("medium-square"), else "large-square"."""
+    if M * N <= 1 << 20 and K >= 4 * max(M, N):
+        return "large-k"
+    if M >= 8 * N:
+        return "tall-skinny"
+    if N >= 8 * M:
+        return "short-wide"
+    if M * N <= 1 << 20:
+        return "small-square"
+    return "medium-square" if M * N <= 1 << 23 else "large-square"
+
+
+def split_slices(K: int, tiles: int, d) -> int:
+    """gridDim.z of a warptiling launch: the slices of K (split-K). d["SPLIT_K"]
+    (default 1) at most, in builds with a workspace (d["SPLITK_WORKSPACE"]
+    floats) only, never more than the BK-tiles of K or than the workspace
+    holds, and never an empty slice (the kernel gives each slice
+    ceil(k-tiles / slices) tiles)."""
+    want, room = int(d.get("SPLIT_K", 1)), int(d.get("SPLITK_WORKSPACE", 0))
+    k_tiles = cdiv(K, d["BK"])
+    s = min(want, k_tiles, room // (tiles * d["BM"] * d["BN"]))
+    if s <= 1:
+        return 1
+    return cdiv(k_tiles, cdiv(k_tiles, s))
+
+
+def _tuned_entry(gpu_name: str | None, path: Path | None, cls: str) -> dict:
+    """The entry of tuned_configs.json for a GPU model (its own, else "default")
+    and a shape class: a flat entry serves every class; a per-class one
+    without this class gives its GRADED_CLASS entry."""
+    if cls not in SHAPE_CLASSES:
+        raise KeyError(f"no shape class '{cls}'; classes: {', '.join(SHAPE_CLASSES)}")
     configs = json.loads(Path(path or TUNED_CONFIGS_PATH).read_text())
     if gpu_name is None:
         drv, _ = drivers()                 # chooses the backend when nothing has yet
@@ -122,12 +165,29 @@ def tuned_config(gpu_name: str | None = None, path: Path | None = None) -> dict:
     entry = configs.get(gpu_name) if gpu_name else None
     if entry is None:
         entry = configs["default"]
+    if "BM" not in entry:                  # per class
+        entry = entry.get(cls) or entry[GRADED_CLASS]
+    return entry
+
+
+def tuned_config(gpu_name: str | None = None, path: Path | None = None, shape_class: str = GRADED_CLASS) -> dict:
+    """The autotuned stage's -D values (WARPTILE_PARAMS) for a GPU model and a
+    shape class, from tuned_configs.json: the entry named like the GPU when
+    there is one, else "default". Without a name, the current device's (the
+    emulator's name is never listed)."""
+    entry = _tuned_entry(gpu_name, path, shape_class)
     return {k: int(entry[k]) for k in WARPTILE_PARAMS}
+
+
+def tuned_split_k(gpu_name: str | None = None, path: Path | None = None, shape_class: str = GRADED_CLASS) -> int:
+    """The most slices of K (split-K) the tuned entry allows (1: none)."""
+    return int(_tuned_entry(gpu_name, path, shape_class).get("SPLIT_K", 1))
 
 
 class _TunedDefines(Mapping):
     """The autotuned stage's defines, read from tuned_configs.json when first used
-    (the GPU model is only known once a backend is chosen)."""
+    (the GPU model is only known once a backend is chosen): the graded class's
+    configuration (built without split-K)."""
 
     def __init__(self):
         self._values = None
@@ -148,6 +208,20 @@ class _TunedDefines(Mapping):
 
     def __repr__(self):
         return repr(self._loaded())
+
+
+def autotuned_for(M: int, N: int, K: int, gpu_name: str | None = None, path: Path | None = None) -> Stage:
+    """The autotuned stage as it runs C = A B of this shape: the tuned
+    configuration of the shape's class (shape_class), and where the class
+    splits K, the split-K build (SPLITK_WORKSPACE) and its limit SPLIT_K (a
+    launch setting). Without a split the build is the graded one: the split-K
+    code, even unused, costs registers (results/nvidia-h200/shapes.md)."""
+    cls = shape_class(M, N, K)
+    defines = tuned_config(gpu_name, path, cls)
+    split = tuned_split_k(gpu_name, path, cls)
+    if split > 1:
+        defines.update(SPLITK_WORKSPACE=SPLITK_WORKSPACE, SPLIT_K=split)
+    return replace(stage("autotuned"), defines=defines, title=f"{stage('autotuned').title} (class {cls})")
 
 
 STAGES += [

@@ -35,6 +35,17 @@
 // parameters, this order made the earlier, cp.async-only version of this
 // kernel 1.7% faster at 8192^3 than the row order of the earlier stages, and
 // no slower elsewhere (results/nvidia-h200/warptiling-experiments.md).
+// Split-K (built only with -DSPLITK_WORKSPACE=<floats>, as the autotuned stage
+// does for shapes with few tiles of C and a long K): when a grid of BM x BN
+// tiles cannot fill the GPU (512 x 512 is 16 tiles of 128 x 128 for 132 SMs),
+// the K dimension is cut into gridDim.z slices and block z of a tile sums only
+// slice z. Each block writes its partial sums to a workspace, counts itself
+// in with an atomic add, and the block that arrives last adds the gridDim.z
+// partial tiles in the order z = 0, 1, 2, ... and writes C. Floating-point
+// addition is not associative, so the fixed order is what makes the result
+// the same in every run (atomicAdd on C would sum in arrival order). The
+// price: the partials go to memory and back (in L2), and each block does less
+// work per prologue and epilogue. The launch keeps gridDim.z = 1 otherwise.
 extern "C++" {     // PyCUDA wraps the source in extern "C"; this header is C++
 #include <cuda_pipeline.h>
 }
@@ -83,8 +94,9 @@ extern "C++" {     // PyCUDA wraps the source in extern "C"; this header is C++
 #define LB (BK * BN / NUM_THREADS)                     // elements of B
 
 // Start copying the tile of B at (k0, colBase) into Bs, as one batch of
-// copies; zeros outside the matrix.
-__device__ __forceinline__ void copy_b(const bool vec, int N, int K, const float* B, int colBase, int k0,
+// copies; zeros at k >= kEnd (the end of K, or of this block's slice of K)
+// and outside the matrix.
+__device__ __forceinline__ void copy_b(const bool vec, int N, int kEnd, const float* B, int colBase, int k0,
                                        float (*Bs)[BN])
 {
     const int tid = threadIdx.x;
@@ -94,7 +106,7 @@ __device__ __forceinline__ void copy_b(const bool vec, int N, int K, const float
             const int f = tid + r * NUM_THREADS;
             const int k = f / (BN / 4), n = (f % (BN / 4)) * 4;
             const int gr = k0 + k, gc = colBase + n;
-            const bool in = gr < K && gc < N;
+            const bool in = gr < kEnd && gc < N;
             __pipeline_memcpy_async(&Bs[k][n], in ? &B[gr * N + gc] : B, 16, in ? 0 : 16);
         }
     } else {
@@ -103,7 +115,7 @@ __device__ __forceinline__ void copy_b(const bool vec, int N, int K, const float
             const int e = tid + r * NUM_THREADS;
             const int k = e / BN, n = e % BN;
             const int gr = k0 + k, gc = colBase + n;
-            const bool in = gr < K && gc < N;
+            const bool in = gr < kEnd && gc < N;
             __pipeline_memcpy_async(&Bs[k][n], in ? &B[gr * N + gc] : B, 4, in ? 0 : 4);
         }
     }
@@ -118,9 +130,9 @@ __device__ __forceinline__ int a_col(int e) { return 4 * ((e / 16) % (BK / 4)); 
 __device__ __forceinline__ bool a_group(int e) { return AV % NUM_THREADS == 0 || e < AV; }
 
 // Load this thread's groups of the A tile at (rowBase, k0) into registers
-// (float4 loads on the vec path); zeros outside the matrix.
-__device__ __forceinline__ void load_a(const bool vec, int M, int K, const float* A, int rowBase, int k0,
-                                       float4 (&ra)[LA4])
+// (float4 loads on the vec path); zeros at k >= kEnd and outside the matrix.
+__device__ __forceinline__ void load_a(const bool vec, int M, int K, int kEnd, const float* A, int rowBase,
+                                       int k0, float4 (&ra)[LA4])
 {
 #pragma unroll
     for (int r = 0; r < LA4; ++r) {
@@ -130,12 +142,12 @@ __device__ __forceinline__ void load_a(const bool vec, int M, int K, const float
         if (a_group(e) && gr < M) {
             const float* p = &A[gr * K + gc];
             if (vec) {
-                if (gc < K) v = __ldcg(reinterpret_cast<const float4*>(p));   // K % 4 == 0: gc + 3 < K too
+                if (gc < kEnd) v = __ldcg(reinterpret_cast<const float4*>(p));   // kEnd % 4 == 0: gc + 3 < kEnd
             } else {
-                if (gc < K) v.x = __ldcg(p);
-                if (gc + 1 < K) v.y = __ldcg(p + 1);
-                if (gc + 2 < K) v.z = __ldcg(p + 2);
-                if (gc + 3 < K) v.w = __ldcg(p + 3);
+                if (gc < kEnd) v.x = __ldcg(p);
+                if (gc + 1 < kEnd) v.y = __ldcg(p + 1);
+                if (gc + 2 < kEnd) v.z = __ldcg(p + 2);
+                if (gc + 3 < kEnd) v.w = __ldcg(p + 3);
             }
         }
         ra[r] = v;
@@ -198,37 +210,121 @@ __device__ __forceinline__ void compute_tile(const float (*As)[AS_STRIDE], const
     }
 }
 
-// The main loop for one path (vec a constant after inlining). B's tiles are
-// copied STAGES - 1 tiles ahead; every step commits one batch of copies
-// (perhaps empty), so "all but the newest STAGES - 2 batches" is always "up
-// to tile t". A's tile t + 2 is loaded into registers at step t, while tile t
-// is computed, and stored into As at step t + 1.
-__device__ __forceinline__ void main_loop(const bool vec, int M, int N, int K, const float* A, const float* B,
-                                          int rowBase, int colBase, int aOff, int bOff,
-                                          float (*As)[BK][AS_STRIDE], float (*Bs)[BK][BN],
+// The main loop for one path (vec a constant after inlining), over k from
+// kBegin to kEnd. B's tiles are copied STAGES - 1 tiles ahead; every step
+// commits one batch of copies (perhaps empty), so "all but the newest
+// STAGES - 2 batches" is always "up to tile t". A's tile t + 2 is loaded into
+// registers at step t, while tile t is computed, and stored into As at step t + 1.
+__device__ __forceinline__ void main_loop(const bool vec, int M, int N, int K, int kBegin, int kEnd,
+                                          const float* A, const float* B, int rowBase, int colBase, int aOff,
+                                          int bOff, float (*As)[BK][AS_STRIDE], float (*Bs)[BK][BN],
                                           float (&acc)[WMITER * TM][WNITER * TN])
 {
-    const int tiles = (K + BK - 1) / BK;
+    const int tiles = (kEnd - kBegin + BK - 1) / BK;
     float4 ra[LA4];
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < tiles) copy_b(vec, N, K, B, colBase, s * BK, Bs[s]);
+        if (s < tiles) copy_b(vec, N, kEnd, B, colBase, kBegin + s * BK, Bs[s]);
         else __pipeline_commit();
     }
-    load_a(vec, M, K, A, rowBase, 0, ra);
+    load_a(vec, M, K, kEnd, A, rowBase, kBegin, ra);
     store_a(ra, As[0]);
-    if (1 < tiles) load_a(vec, M, K, A, rowBase, BK, ra);
+    if (1 < tiles) load_a(vec, M, K, kEnd, A, rowBase, kBegin + BK, ra);
     for (int t = 0; t < tiles; ++t) {
         __pipeline_wait_prior(STAGES - 2);       // B's tile t has landed (this thread's copies)
         __syncthreads();                         // ... and everyone's, and A's stores; slot (t-1) % STAGES is free
         if (t + 1 < tiles) store_a(ra, As[(t + 1) % STAGES]);
         const int next = t + STAGES - 1;
-        if (next < tiles) copy_b(vec, N, K, B, colBase, next * BK, Bs[next % STAGES]);
+        if (next < tiles) copy_b(vec, N, kEnd, B, colBase, kBegin + next * BK, Bs[next % STAGES]);
         else __pipeline_commit();
-        if (t + 2 < tiles) load_a(vec, M, K, A, rowBase, (t + 2) * BK, ra);
+        if (t + 2 < tiles) load_a(vec, M, K, kEnd, A, rowBase, kBegin + (t + 2) * BK, ra);
         compute_tile(As[t % STAGES], Bs[t % STAGES], aOff, bOff, acc);
     }
 }
+
+// This thread's results into C (float4 stores on the vec path), inside the matrix.
+__device__ __forceinline__ void store_c(const bool vec, int M, int N, float* C, int rowBase, int colBase,
+                                        int aOff, int bOff, const float (&acc)[WMITER * TM][WNITER * TN])
+{
+#pragma unroll
+    for (int wm = 0; wm < WMITER; ++wm)
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const int row = rowBase + aOff + wm * WSUBM + i;
+            if (row >= M) continue;
+#pragma unroll
+            for (int wn = 0; wn < WNITER; ++wn)
+#pragma unroll
+                for (int j = 0; j < TN; j += 4) {
+                    const int col = colBase + bOff + wn * WSUBN + j;
+                    const float* r = &acc[wm * TM + i][wn * TN + j];
+                    if (vec) {
+                        if (col < N)          // N % 4 == 0: then col + 3 < N too
+                            *reinterpret_cast<float4*>(&C[row * N + col]) = make_float4(r[0], r[1], r[2], r[3]);
+                    } else {
+#pragma unroll
+                        for (int c = 0; c < 4; ++c)
+                            if (col + c < N) C[row * N + col + c] = r[c];
+                    }
+                }
+        }
+}
+
+#if SPLITK_WORKSPACE
+// Partial tiles, BM * BN floats per (slice z, tile of C); a thread's results
+// as float4 number q at [q * NUM_THREADS + threadIdx.x] (coalesced). And one
+// arrival counter per tile of C, back to 0 once its last block has arrived.
+// One launch at a time per loaded module: the workspace is the module's.
+__device__ float splitk_partials[SPLITK_WORKSPACE];
+__device__ unsigned int splitk_arrivals[SPLITK_WORKSPACE / (BM * BN)];
+
+// Split-K: publish this block's partial sums; in the block that arrives last
+// for its tile, replace acc by the sum of all gridDim.z partials, added in the
+// order of z, and return true (that block writes C); false in the others.
+__device__ __forceinline__ bool splitk_sum(float (&acc)[WMITER * TM][WNITER * TN])
+{
+    constexpr int Q = WMITER * TM * WNITER * TN / 4;       // float4 per thread
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x, tiles = gridDim.x * gridDim.y;
+    float4* part = reinterpret_cast<float4*>(splitk_partials);
+    float4* mine = part + (size_t(blockIdx.z) * tiles + tile) * (BM * BN / 4) + threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < WMITER * TM; ++i)
+#pragma unroll
+        for (int j = 0; j < WNITER * TN; j += 4)
+            mine[(i * WNITER * TN + j) / 4 * NUM_THREADS] = make_float4(acc[i][j], acc[i][j + 1], acc[i][j + 2],
+                                                                        acc[i][j + 3]);
+    __threadfence();                   // the partials are visible GPU-wide ...
+    __syncthreads();                   // ... all of this block's, before it counts itself in
+    bool last = false;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(&splitk_arrivals[tile], 1u) == gridDim.z - 1;
+        if (last) splitk_arrivals[tile] = 0;         // ready for the next launch
+    }
+    if (!__syncthreads_or(last)) return false;       // the barrier also tells every thread
+    __threadfence();
+    // acc = partial 0 + partial 1 + ..., in this order: the same sums in every run. QC float4 of each
+    // partial in flight at a time (more would spill: acc holds 4 Q registers already).
+    constexpr int QC = Q % 16 == 0 ? 16 : Q % 8 == 0 ? 8 : 4;
+#pragma unroll
+    for (int c = 0; c < Q; c += QC) {
+#pragma unroll
+        for (int q = c; q < c + QC; ++q) {
+            float* a = &acc[q * 4 / (WNITER * TN)][q * 4 % (WNITER * TN)];
+            a[0] = a[1] = a[2] = a[3] = 0.0f;
+        }
+        for (int z = 0; z < (int)gridDim.z; ++z) {
+            const float4* p = part + (size_t(z) * tiles + tile) * (BM * BN / 4) + threadIdx.x;
+#pragma unroll
+            for (int q = c; q < c + QC; ++q) {
+                const float4 v = __ldcg(&p[q * NUM_THREADS]);      // from L2: another SM wrote it
+                float* a = &acc[q * 4 / (WNITER * TN)][q * 4 % (WNITER * TN)];
+                a[0] += v.x; a[1] += v.y; a[2] += v.z; a[3] += v.w;
+            }
+        }
+    }
+    return true;
+}
+#endif
 
 __global__ void __launch_bounds__(NUM_THREADS, MIN_BLOCKS)
 sgemm_warptiling(int M, int N, int K, const float* A, const float* B, float* C)
@@ -259,31 +355,22 @@ sgemm_warptiling(int M, int N, int K, const float* A, const float* B, float* C)
 #pragma unroll
         for (int j = 0; j < WNITER * TN; ++j) acc[i][j] = 0.0f;
 
+#if SPLITK_WORKSPACE
+    // Slice blockIdx.z of K: whole tiles of BK, the same number in every slice but perhaps the last.
+    if (gridDim.z > 1 && size_t(gridDim.x) * gridDim.y * gridDim.z * (BM * BN) > SPLITK_WORKSPACE)
+        __trap();                                    // the launch asked for more than the workspace holds
+    const int perSlice = ((K + BK - 1) / BK + gridDim.z - 1) / gridDim.z * BK;
+    const int kBegin = min(K, (int)blockIdx.z * perSlice), kEnd = min(K, kBegin + perSlice);
+#else
+    const int kBegin = 0, kEnd = K;                  // launched with gridDim.z = 1
+#endif
     if (vec)
-        main_loop(true, M, N, K, A, B, rowBase, colBase, aOff, bOff, As, Bs, acc);
+        main_loop(true, M, N, K, kBegin, kEnd, A, B, rowBase, colBase, aOff, bOff, As, Bs, acc);
     else
-        main_loop(false, M, N, K, A, B, rowBase, colBase, aOff, bOff, As, Bs, acc);
-
-#pragma unroll
-    for (int wm = 0; wm < WMITER; ++wm)
-#pragma unroll
-        for (int i = 0; i < TM; ++i) {
-            const int row = rowBase + aOff + wm * WSUBM + i;
-            if (row >= M) continue;
-#pragma unroll
-            for (int wn = 0; wn < WNITER; ++wn)
-#pragma unroll
-                for (int j = 0; j < TN; j += 4) {
-                    const int col = colBase + bOff + wn * WSUBN + j;
-                    const float* r = &acc[wm * TM + i][wn * TN + j];
-                    if (vec) {
-                        if (col < N)          // N % 4 == 0: then col + 3 < N too
-                            *reinterpret_cast<float4*>(&C[row * N + col]) = make_float4(r[0], r[1], r[2], r[3]);
-                    } else {
-#pragma unroll
-                        for (int c = 0; c < 4; ++c)
-                            if (col + c < N) C[row * N + col + c] = r[c];
-                    }
-                }
-        }
+        main_loop(false, M, N, K, kBegin, kEnd, A, B, rowBase, colBase, aOff, bOff, As, Bs, acc);
+#if SPLITK_WORKSPACE
+    if (gridDim.z > 1 && !splitk_sum(acc))
+        return;                                      // another block of this tile writes C
+#endif
+    store_c(vec, M, N, C, rowBase, colBase, aOff, bOff, acc);
 }

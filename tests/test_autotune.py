@@ -24,6 +24,21 @@ def test_resource_limits():
 
 
 def test_sweep_runs_and_checks_its_winner(capsys):
-    assert autotune.main(["--size", "64", "--limit", "2", "--dry-run", "--repeats", "10"]) == 0
+    assert autotune.main(["--classes", "large-k,small-square", "--shape", "64x48x300", "--limit", "2", "--dry-run",
+                          "--repeats", "10"]) == 0
     out = capsys.readouterr().out
-    assert "winner checked on" in out and "dry run" in out
+    assert "large-k: winner checked on" in out and "small-square: winner checked on" in out and "dry run" in out
+
+
+def test_split_candidates():
+    c = _config(BK=16)                                               # 128 x 256 tiles
+    assert autotune.split_candidates((4096, 4096, 4096), c, 132) == [1]          # 512 tiles: the GPU is full
+    assert autotune.split_candidates((512, 512, 8192), c, 132) == [1, 2, 3, 4, 6, 8, 12, 16]   # 8 tiles
+    assert autotune.split_candidates((512, 512, 1024), c, 132) == [1, 2, 3, 4]   # slices of K >= 256
+
+
+def test_unknown_class_is_a_usage_error(capsys):
+    import pytest
+    with pytest.raises(SystemExit):
+        autotune.main(["--classes", "huge", "--dry-run"])
+    assert "unknown shape class" in capsys.readouterr().err

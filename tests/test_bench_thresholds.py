@@ -1,0 +1,36 @@
+"""The calibration rule of grader/thresholds.json: each stage's threshold is
+at most 1/1.3 of its reference kernel's ratio on the H200 (recorded in
+results/nvidia-h200/bench.json), so that a correct kernel of the stage has
+headroom; and bench.json records every default shape side by side."""
+import json
+from pathlib import Path
+
+import pytest
+
+from grader import bench
+from grader.checks import thresholds
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = json.loads((REPO / "results" / "nvidia-h200" / "bench.json").read_text())
+HEADROOM = 1.3
+
+
+def ratio(stage: str, size) -> float:
+    rows = [r for r in BENCH["results"] if r["stage"] == stage and [r["M"], r["N"], r["K"]] == list(size)]
+    assert rows and rows[0]["status"] == "ok", f"no measurement of {stage} at {size} in bench.json"
+    return rows[0]["ratio"]
+
+
+@pytest.mark.parametrize("stage", sorted(thresholds.load()["stages"]))
+def test_thresholds_leave_headroom(stage):
+    t = thresholds.for_stage(stage)
+    if t.fraction_of_cublas is not None:
+        assert t.fraction_of_cublas <= ratio(stage, t.size) / HEADROOM
+    else:
+        assert t.fraction_of_previous <= ratio(stage, t.size) / ratio(t.previous, t.size) / HEADROOM
+
+
+def test_bench_records_every_default_shape_side_by_side():
+    recorded = {(r["M"], r["N"], r["K"]) for r in BENCH["results"] if r["stage"] == "autotuned"}
+    assert {bench.parse_shape(s) for s in bench.DEFAULT_SIZES.split(",")} <= recorded
+    assert all("cuBLAS interleaved" in r["detail"] for r in BENCH["results"] if r["status"] == "ok")

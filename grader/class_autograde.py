@@ -94,7 +94,7 @@ class Ledger:
         self.path = path
         try:
             self.entries = {s: Result(**r) for s, r in json.loads(path.read_text()).items()}
-        except FileNotFoundError:
+        except (FileNotFoundError, ValueError, TypeError):      # none yet, or unreadable: grade everything
             self.entries = {}
 
     def current(self, job: Job) -> Result | None:
@@ -222,7 +222,7 @@ def run_slurm(run: Run, jobs: list[Job], template: Path, state: Path, args) -> N
             (Path(j.scratch) / "result.json").unlink(missing_ok=True)
         proc = slurm_array.submit(run.course, run.assignment, pending, template, state / "slurm", round_,
                                   args.gpus != "none", args.timeout or None, args.max_parallel, args.sbatch_arg)
-        print(f"submitted a Slurm array of {len(pending)} task(s) (round {round_}); waiting for it to end",
+        print(f"sbatch: a Slurm array of {len(pending)} task(s) (round {round_}); waiting for it to end",
               flush=True)
         while pending:
             ended = proc.poll() is not None
@@ -234,13 +234,14 @@ def run_slurm(run: Run, jobs: list[Job], template: Path, state: Path, args) -> N
             if ended:
                 break
             time.sleep(2)
-        proc.wait()
-        job_id = (state / "slurm" / f"sbatch-{round_}.out").read_text().strip()
-        if not job_id:
+        if not pending:
+            if proc.poll() is None:     # every task has reported: sbatch --wait polls slowly, and ends no task
+                proc.terminate()
+            proc.wait()
+            return
+        if not (state / "slurm" / f"sbatch-{round_}.out").read_text().strip():     # no job id
             raise RuntimeError("sbatch did not submit the array: "
                                + (state / "slurm" / f"sbatch-{round_}.err").read_text().strip()[-1000:])
-        if not pending:
-            return
     for j in pending:
         now = time.time()
         run.merge(j, Result(j.student, j.key, "failed", 2, 0.0, "", now, now,

@@ -66,8 +66,12 @@ def snapshot_gradebook(db_url: str, dest: Path) -> None:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_suffix(".tmp")
     tmp.unlink(missing_ok=True)
-    with sqlite3.connect(f"file:{src_path}?mode=ro", uri=True) as src, sqlite3.connect(tmp) as out:
+    src, out = sqlite3.connect(f"file:{src_path}?mode=ro", uri=True), sqlite3.connect(tmp)
+    try:
         src.backup(out)
+    finally:
+        src.close()
+        out.close()
     os.replace(tmp, dest)
 
 

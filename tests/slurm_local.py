@@ -67,7 +67,9 @@ def _config(folder: Path, host: str, gpus: list[str]) -> str:
         "AccountingStorageType=accounting_storage/none", "SchedulerType=sched/builtin",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "MpiDefault=none", "ReturnToService=2",
         "GresTypes=gpu",
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count() or 1}{gres} State=UNKNOWN",
+        # 4 tasks at once, as many as the local test's --workers 4, whatever the cores (config_overrides)
+        "SlurmdParameters=config_overrides",
+        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={max(4, os.cpu_count() or 1)}{gres} State=UNKNOWN",
         "PartitionName=grading Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""])
 
 

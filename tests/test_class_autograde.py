@@ -243,10 +243,13 @@ def test_slurm_array_gives_the_serial_gradebook(classes, tmp_path):
     pristine, serial = classes
     course = _copy(pristine, tmp_path / "course")
     with local_slurm() as slurm:
+        p = _autograde(course, "--slurm", "--sbatch-arg=--partition=no-such-partition", env={**_env(), **slurm.env})
+        assert p.returncode == 2 and "error: sbatch did not submit the array: " in p.stdout, p.stdout + p.stderr
+        assert "partition" in p.stdout.splitlines()[-1], p.stdout
         gpus = ["--gpus", "any"] if slurm.gpus else ["--gpus", "none"]
         p = _autograde(course, "--slurm", *gpus, env={**_env(), **slurm.env})
         assert p.returncode == 0 and p.stderr == "", p.stdout + p.stderr + slurm.logs()
-    assert "submitted a Slurm array of 12 task(s)" in p.stdout
+    assert "sbatch: a Slurm array of 12 task(s)" in p.stdout
     _assert_same(gradebook_contents(course), gradebook_contents(serial))
     rows = _summary(course)
     assert all(r["status"] == "graded" for r in rows.values()), rows
@@ -297,38 +300,42 @@ def test_failures_fake_gpus_and_a_killed_run(classes, tmp_path):
     bad = {"kills-worker": _kills_its_worker, "hangs": _hangs, "kernel-dies": _kernel_dies}
     for student, edit in bad.items():
         _hand_in(course, student, edit)
-    args = ["--gpus", "7,3,5", "--timeout", "25"]
+    gpus = ["--gpus", "7,3,5"]
 
-    # A run killed once two submissions are merged: they stay, nothing is left running.
-    proc = subprocess.Popen([sys.executable, "-m", "grader", "autograde", str(course), LAB, *args], cwd=REPO,
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # A run killed once the good submissions are merged (the hanging one is still running, maybe more):
+    # they stay, nothing is left running. (A good one takes 7 to 30 s on two busy cores.)
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "autograde", str(course), LAB, *gpus, "--timeout",
+                             "300"], cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     ledger = course / "class-autograde" / LAB / "ledger.json"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
-        if ledger.exists() and sum(r["status"] == "graded" for r in _ledger(course).values()) >= 2:
+        if ledger.exists() and set(good) <= {s for s, r in _ledger(course).items() if r["status"] == "graded"}:
             break
         time.sleep(0.5)
     proc.send_signal(signal.SIGKILL)
     out = proc.communicate()[0]
-    merged = {s for s, r in _ledger(course).items() if r["status"] == "graded"}
-    assert len(merged) >= 2, out
+    recorded_before = _ledger(course)
+    merged = {s for s, r in recorded_before.items() if r["status"] == "graded"}
+    assert set(good) <= merged and "hangs" not in recorded_before, out
     want = gradebook_contents(serial, good)
     got = gradebook_contents(course)
     assert {s: got[s] for s in merged} == {s: want[s] for s in merged}
     time.sleep(3)                            # a kernel notices its parent is gone within a second
     assert _marked_processes(course) == []
 
-    p = _autograde(course, *args)
+    p = _autograde(course, *gpus, "--timeout", "20")
     assert p.returncode == 1, p.stdout + p.stderr
-    assert f"{len(good) + len(bad)} submission(s), {len(good) + len(bad) - len(merged)} to grade" in p.stdout
+    # (kills-worker and kernel-dies fail fast: the killed run may have recorded them; they are not graded again)
+    total, recorded = len(good) + len(bad), len(recorded_before)
+    assert f"{total} submission(s), {total - recorded} to grade" in p.stdout, p.stdout
     got = gradebook_contents(course)
     assert {s: got[s] for s in good} == want
     rows = _summary(course)
-    assert rows["kills-worker"]["status"] == "failed" and rows["kills-worker"]["attempts"] == "2"
+    assert all("failed" in rows[s]["status"] and rows[s]["attempts"] == "2" for s in bad), rows
     assert "killed by SIGKILL" in rows["kills-worker"]["reason"]
-    assert rows["kernel-dies"]["status"] == "failed" and "DeadKernelError: Kernel died" in rows["kernel-dies"]["reason"]
-    assert rows["hangs"]["status"] == "failed" and "no result within 25 s" in rows["hangs"]["reason"]
-    assert float(rows["hangs"]["seconds"]) >= 50
+    assert "DeadKernelError: Kernel died" in rows["kernel-dies"]["reason"]
+    assert rows["hangs"]["status"] == "failed" and "no result within 20 s" in rows["hangs"]["reason"]
+    assert float(rows["hangs"]["seconds"]) >= 40
     assert "FAILED kills-worker (2 attempt(s))" in p.stdout and "FAILED hangs" in p.stdout
     for student in bad:                                # no score, every graded cell flagged for a person
         cells = got[student]["cells"]

@@ -82,7 +82,7 @@ def _stop(pid_file: Path) -> None:
 def local_slurm():
     missing = [d for d in DAEMONS if shutil.which(d) is None and not Path("/usr/sbin", d).exists()]
     if missing:
-        message = f"Slurm is not installed ({', '.join(missing)} missing: apt-get install slurm-wlm munge)"
+        message = f"Slurm is not installed ({', '.join(missing)} missing: apt-get install slurmctld slurmd slurm-client munge)"
         if os.environ.get("GRADER_REQUIRE_SLURM") == "1":
             pytest.fail(message)
         pytest.skip(message)

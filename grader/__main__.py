@@ -9,6 +9,10 @@
   regrade  COURSE_DIR ASSIGNMENT [--differences] [--student ID]: grade nbgrader
            submissions again from their cells' text, in clean processes, and list
            every score that differs from the gradebook; exit 1 when any differs
+  autograde COURSE_DIR ASSIGNMENT [--workers N] [--gpus LIST] [--slurm ...]: nbgrader's
+           autograde of every submission, in parallel (one worker per GPU, or CPU
+           workers, or a Slurm job array), into one gradebook; only what is new or
+           changed; a summary (CSV too); exit 1 when a submission failed
 """
 import sys
 
@@ -34,6 +38,9 @@ def main(argv: list[str]) -> int:
     if command == "regrade":
         from .regrade import main as regrade
         return regrade(rest)
+    if command == "autograde":
+        from .class_autograde import main as autograde
+        return autograde(rest)
     print(f"unknown command '{command}'\n{__doc__}")
     return 2
 

@@ -1,0 +1,354 @@
+"""`python -m grader autograde`: a class of lab 1 submissions graded in parallel
+(4 CPU workers; fake GPUs; a Slurm job array on a Slurm started here) gives,
+cell by cell, the gradebook that serial `nbgrader autograde` gives; failures are
+retried once and recorded; a killed run loses nothing and the next one
+finishes it; an unchanged submission is not graded twice.
+
+The course and its submissions are made with tests/test_nbgrader_pipeline.py's
+helpers. Grading a lab 1 notebook on the emulator costs about 25 CPU seconds
+when its kernels compile (two submissions here: every grading process builds
+them afresh) and about 8 when they do not (kernel sources left None: the other
+ten), so that the class of twelve is graded three times (serially, by 4
+workers, by Slurm) in a few minutes on two cores.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytest.importorskip("nbgrader")
+
+import test_nbgrader_pipeline as pipeline  # noqa: E402  (its helpers: _load_config, _submit, _nobounds_naive)
+from slurm_local import local_slurm       # noqa: E402
+
+from grader import class_autograde        # noqa: E402
+
+REPO = pipeline.REPO
+LAB, NB = pipeline.LAB1, pipeline.NB1
+ANSWERS = {"q-intensity": "AI_4096", "q-ridge": "RIDGE_H200", "q-naive-intensity": "AI_NAIVE",
+           "q-sectors-naive": "SECTORS_NAIVE_A", "q-sectors-coalesced": "SECTORS_COALESCED_B"}
+
+
+def _no_kernels(cells):
+    """Kernel sources not written yet (None): the checks fail at once, nothing compiles."""
+    for gid, var, stage in (("naive-kernel", "NAIVE_SOURCE", "naive"),
+                            ("coalesced-kernel", "COALESCED_SOURCE", "coalesced")):
+        cells[gid].source = f'{var} = None  # not written yet\ngrader.check("{stage}", {var})\n'
+
+
+def _wrong(cells, *gids):
+    for gid in gids:
+        cells[gid].source = f"{ANSWERS[gid]} = 3.0\n"
+
+
+def _answers_partial(cells):
+    _no_kernels(cells)
+    _wrong(cells, "q-naive-intensity", "q-sectors-naive", "q-sectors-coalesced")
+
+
+def _answers_wrong(cells):
+    _no_kernels(cells)
+    _wrong(cells, *ANSWERS)
+
+
+def _expressions(cells):
+    _no_kernels(cells)
+    cells["q-intensity"].source = "AI_4096 = 4096 / 6\n"
+    cells["q-sectors-naive"].source = "SECTORS_NAIVE_A = 4 * 8\n"
+
+
+def _syntax_error(cells):
+    _no_kernels(cells)
+    cells["q-ridge"].source = "RIDGE_H200 = (67 *\n"
+
+
+def _stderr(cells):
+    _no_kernels(cells)
+    cells["q-intensity"].source += '\nimport sys\nprint("debug", AI_4096, file=sys.stderr)\n'
+
+
+def _extra_cell(cells):
+    _no_kernels(cells)
+    cells["q-ridge"].source += "\nmy_scratch = [AI_4096, RIDGE_H200]\n"
+
+
+# student -> edit (None: the reference). The first two compile their kernels.
+def _unanswered(cells):
+    _no_kernels(cells)
+    for gid, var in ANSWERS.items():
+        cells[gid].source = f"{var} = None  # YOUR ANSWER HERE\n"
+
+
+CLASS = {"ref": None, "nobounds": pipeline._nobounds_naive, "unanswered": _unanswered,
+         "answers-only": _no_kernels, "answers-partial": _answers_partial, "answers-wrong": _answers_wrong,
+         "expressions": _expressions, "syntax-error": _syntax_error, "stderr": _stderr,
+         "extra-cell": _extra_cell, "late": _no_kernels, "deleted-test": _no_kernels}
+TIMESTAMPS = {"late": "2026-03-01 12:00:00.000000 UTC", "stderr": "2026-02-01 08:30:00.000000 UTC"}
+
+
+def _env() -> dict:
+    """This Python's scripts first on PATH (nbgrader calls `alembic`)."""
+    return {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
+
+
+def _hand_in(course: Path, student: str, edit) -> Path:
+    pipeline._submit(course, LAB, NB, student, edit)
+    folder = course / "submitted" / student / LAB
+    if student in TIMESTAMPS:
+        (folder / "timestamp.txt").write_text(TIMESTAMPS[student])
+    if student == "deleted-test":            # a test cell deleted: 0 points, needs manual grading
+        path = folder / f"{NB}.ipynb"
+        nb = nbformat.read(str(path), as_version=4)
+        nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != "q-ridge-test"]
+        nbformat.write(nb, str(path))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def classes(tmp_path_factory):
+    """(pristine course with the class handed in and nothing graded, the same graded serially)."""
+    base = tmp_path_factory.mktemp("class")
+    pristine = base / "pristine"
+    pristine.mkdir()
+    shutil.copy(REPO / "nbgrader_config.py", pristine / "nbgrader_config.py")
+    shutil.copytree(REPO / "labs" / LAB, pristine / "labs" / LAB, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    from nbgrader.apps import NbGraderAPI
+    r = NbGraderAPI(config=pipeline._load_config(pristine)).generate_assignment(LAB, force=True)
+    assert r["success"], r.get("error") or r.get("log")
+    for student, edit in CLASS.items():
+        _hand_in(pristine, student, edit)
+    serial = base / "serial"
+    shutil.copytree(pristine, serial)
+    start = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", LAB, "--force"], cwd=serial, env=_env(),
+                       capture_output=True, text=True, timeout=1800)
+    print(f"serial nbgrader autograde of {len(CLASS)} submissions: {time.monotonic() - start:.0f} s")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return pristine, serial
+
+
+def _copy(course: Path, dest: Path, students=None) -> Path:
+    shutil.copytree(course, dest, ignore=shutil.ignore_patterns(*(
+        [s for s in CLASS if s not in students] if students else [])))
+    return dest
+
+
+def _autograde(course: Path, *args: str, env: dict | None = None, timeout: int = 1200):
+    start = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "grader", "autograde", str(course), LAB, *args], cwd=REPO,
+                       env=env or _env(), capture_output=True, text=True, timeout=timeout)
+    print(f"grader autograde {' '.join(args)}: {time.monotonic() - start:.0f} s\n{p.stdout}")
+    return p
+
+
+def gradebook_contents(course: Path, students=None) -> dict:
+    """Everything autograde writes, per student: timestamp, late penalties, and each
+    cell's auto_score, manual_score, needs_manual_grade, max_score and auto_comment."""
+    from nbgrader.api import Gradebook
+    out = {}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
+        for sub in gb.find_assignment(LAB).submissions:
+            if students is not None and sub.student.id not in students:
+                continue
+            cells = {}
+            for nb in sub.notebooks:
+                cells[(nb.name, "late penalty")] = nb.late_submission_penalty
+                for g in nb.grades:
+                    cells[(nb.name, g.name)] = (g.auto_score, g.manual_score, g.needs_manual_grade, g.max_score)
+                for c in nb.comments:
+                    cells[(nb.name, c.name, "comment")] = c.auto_comment
+            out[sub.student.id] = {"timestamp": sub.timestamp, "cells": cells, "score": sub.score}
+    return out
+
+
+def _assert_same(got: dict, want: dict) -> None:
+    assert sorted(got) == sorted(want)
+    for student in want:
+        assert got[student] == want[student], student
+
+
+def _summary(course: Path) -> dict[str, dict]:
+    with open(course / "class-autograde" / LAB / "summary.csv") as f:
+        return {row["student"]: row for row in csv.DictReader(f)}
+
+
+def _ledger(course: Path) -> dict:
+    return json.loads((course / "class-autograde" / LAB / "ledger.json").read_text())
+
+
+# ---- without grading anything ------------------------------------------------------------
+def test_workers_and_gpus():
+    assert [s.gpu for s in class_autograde.slots("none", 3)] == ["", "", ""]
+    assert [s.gpu for s in class_autograde.slots("1,0", None)] == ["1", "0"]
+    for bad, words in (("0,1,0", "twice"), ("0,,1", "indices"), ("0 1", "indices")):
+        with pytest.raises(ValueError, match=words):
+            class_autograde.slots(bad, None)
+    with pytest.raises(ValueError, match="one worker per GPU"):
+        class_autograde.slots("0,1", 4)
+
+
+def test_clear_errors(tmp_path, classes):
+    pristine, _ = classes
+    p = _autograde(tmp_path / "nowhere")
+    assert p.returncode == 2 and "error: no course folder" in p.stdout and p.stderr == ""
+    p = subprocess.run([sys.executable, "-m", "grader", "autograde", str(pristine), "no-such-lab"], cwd=REPO,
+                       env=_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "error: no source folder" in p.stdout and p.stderr == "", p.stdout + p.stderr
+
+
+# ---- a class -----------------------------------------------------------------------------
+def test_four_workers_give_the_serial_gradebook(classes, tmp_path):
+    pristine, serial = classes
+    course = _copy(pristine, tmp_path / "course")
+    p = _autograde(course, "--workers", "4")
+    assert p.returncode == 0 and p.stderr == "", p.stdout + p.stderr
+    _assert_same(gradebook_contents(course), gradebook_contents(serial))
+    want = gradebook_contents(serial)
+    assert want["ref"]["score"] == 13 and want["unanswered"]["score"] == 0 and want["answers-only"]["score"] == 5
+    assert want["deleted-test"]["cells"][(NB, "q-ridge-test")][2] is True          # needs manual grading
+    for student in CLASS:                    # the autograded notebooks are in the course
+        assert (course / "autograded" / student / LAB / f"{NB}.ipynb").exists(), student
+    progress = [line for line in p.stdout.splitlines() if line.startswith("[")]
+    assert len(progress) == len(CLASS) and all("ETA" in line for line in progress), p.stdout
+    rows = _summary(course)
+    assert sorted(rows) == sorted(CLASS)
+    assert all(r["status"] == "graded" and float(r["seconds"]) > 0 and r["gpu_seconds"] == "0.0"
+               for r in rows.values()), rows
+    assert float(rows["ref"]["score"]) == 13 and "slowest:" in p.stdout
+
+    # Again: nothing is new. Then one submission changes, and only it is graded.
+    p = _autograde(course, "--workers", "4")
+    assert p.returncode == 0 and f"{len(CLASS)} submission(s), 0 to grade" in p.stdout, p.stdout
+    _hand_in(course, "answers-wrong", _answers_partial)
+    p = _autograde(course, "--workers", "4")
+    assert p.returncode == 0 and f"{len(CLASS)} submission(s), 1 to grade" in p.stdout, p.stdout
+    got = gradebook_contents(course)
+    assert got["answers-wrong"] == {**want["answers-partial"], "timestamp": got["answers-wrong"]["timestamp"]}
+    assert {s: got[s] for s in got if s != "answers-wrong"} == {s: want[s] for s in want if s != "answers-wrong"}
+    assert _summary(course)["answers-wrong"]["status"] == "graded"
+    assert _summary(course)["ref"]["status"] == "unchanged (graded)"
+
+
+def test_slurm_array_gives_the_serial_gradebook(classes, tmp_path):
+    pristine, serial = classes
+    course = _copy(pristine, tmp_path / "course")
+    with local_slurm() as slurm:
+        p = _autograde(course, "--slurm", "--sbatch-arg=--partition=no-such-partition", env={**_env(), **slurm.env})
+        assert p.returncode == 2 and "error: sbatch did not submit the array: " in p.stdout, p.stdout + p.stderr
+        assert "partition" in p.stdout.splitlines()[-1], p.stdout
+        gpus = ["--gpus", "any"] if slurm.gpus else ["--gpus", "none"]
+        p = _autograde(course, "--slurm", *gpus, env={**_env(), **slurm.env})
+        assert p.returncode == 0 and p.stderr == "", p.stdout + p.stderr + slurm.logs()
+    assert "sbatch: a Slurm array of 12 task(s)" in p.stdout
+    _assert_same(gradebook_contents(course), gradebook_contents(serial))
+    rows = _summary(course)
+    assert all(r["status"] == "graded" for r in rows.values()), rows
+    if slurm.gpus:                           # Slurm gave each task one of its (fake) GPUs
+        assert all(r["gpu"] in slurm.gpus and float(r["gpu_seconds"]) > 0 for r in rows.values()), rows
+
+
+# ---- failures, fake GPUs, a killed run ----------------------------------------------------
+def _probe(cells):
+    """answers only, and a cell that prints the GPU its worker was given."""
+    _no_kernels(cells)
+    cells["q-ridge"].source += '\nimport os\nprint("CUDA_VISIBLE_DEVICES=" + os.environ["CUDA_VISIBLE_DEVICES"])\n'
+
+
+def _kills_its_worker(cells):
+    _no_kernels(cells)
+    cells["q-intensity"].source += "\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+
+
+def _hangs(cells):
+    _no_kernels(cells)
+    cells["q-intensity"].source += "\nimport time\ntime.sleep(3600)\n"
+
+
+def _kernel_dies(cells):
+    _no_kernels(cells)
+    cells["q-intensity"].source += "\nimport os\nos._exit(3)\n"
+
+
+def _marked_processes(course: Path) -> list[int]:
+    import psutil
+    found = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("GRADER_CLASS_JOB", "").startswith(str(course)):
+                found.append(p.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_failures_fake_gpus_and_a_killed_run(classes, tmp_path):
+    pristine, serial = classes
+    good = ["answers-only", "answers-partial", "syntax-error"]
+    course = _copy(pristine, tmp_path / "course", good)
+    for student in ("answers-only", "answers-partial"):
+        _hand_in(course, student, lambda cells, edit=CLASS[student]: (edit(cells), _probe(cells)))
+    bad = {"kills-worker": _kills_its_worker, "hangs": _hangs, "kernel-dies": _kernel_dies}
+    for student, edit in bad.items():
+        _hand_in(course, student, edit)
+    gpus = ["--gpus", "7,3,5"]
+
+    # A run killed once the good submissions are merged (the hanging one is still running, maybe more):
+    # they stay, nothing is left running. (A good one takes 7 to 30 s on two busy cores.)
+    proc = subprocess.Popen([sys.executable, "-m", "grader", "autograde", str(course), LAB, *gpus, "--timeout",
+                             "300"], cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ledger = course / "class-autograde" / LAB / "ledger.json"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ledger.exists() and set(good) <= {s for s, r in _ledger(course).items() if r["status"] == "graded"}:
+            break
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    out = proc.communicate()[0]
+    recorded_before = _ledger(course)
+    merged = {s for s, r in recorded_before.items() if r["status"] == "graded"}
+    assert set(good) <= merged and "hangs" not in recorded_before, out
+    want = gradebook_contents(serial, good)
+    got = gradebook_contents(course)
+    assert {s: got[s] for s in merged} == {s: want[s] for s in merged}
+    time.sleep(3)                            # a kernel notices its parent is gone within a second
+    assert _marked_processes(course) == []
+
+    p = _autograde(course, *gpus, "--timeout", "20")
+    assert p.returncode == 1, p.stdout + p.stderr
+    # (kills-worker and kernel-dies fail fast: the killed run may have recorded them; they are not graded again)
+    total, recorded = len(good) + len(bad), len(recorded_before)
+    assert f"{total} submission(s), {total - recorded} to grade" in p.stdout, p.stdout
+    got = gradebook_contents(course)
+    assert {s: got[s] for s in good} == want
+    rows = _summary(course)
+    assert all("failed" in rows[s]["status"] and rows[s]["attempts"] == "2" for s in bad), rows
+    assert "killed by SIGKILL" in rows["kills-worker"]["reason"]
+    assert "DeadKernelError: Kernel died" in rows["kernel-dies"]["reason"]
+    assert rows["hangs"]["status"] == "failed" and "no result within 20 s" in rows["hangs"]["reason"]
+    assert float(rows["hangs"]["seconds"]) >= 40
+    assert "FAILED kills-worker (2 attempt(s))" in p.stdout and "FAILED hangs" in p.stdout
+    for student in bad:                                # no score, every graded cell flagged for a person
+        cells = got[student]["cells"]
+        assert all(v[0] is None and v[2] is True for k, v in cells.items() if len(k) == 2 and k[1] != "late penalty")
+    assert _marked_processes(course) == []
+
+    # Fake GPUs: each worker had one, the notebook saw it, and no two submissions overlapped on one.
+    entries = _ledger(course)
+    assert {r["gpu"] for r in entries.values()} <= {"7", "3", "5"}
+    for student in ("answers-only", "answers-partial"):
+        nb = nbformat.read(str(course / "autograded" / student / LAB / f"{NB}.ipynb"), as_version=4)
+        text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+        assert f"CUDA_VISIBLE_DEVICES={entries[student]['gpu']}\n" in text, student
+    for gpu in ("7", "3", "5"):
+        spans = sorted((r["started"], r["ended"]) for r in entries.values() if r["gpu"] == gpu)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), (gpu, spans)

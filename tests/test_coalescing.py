@@ -170,3 +170,22 @@ def test_validation_table_replaces_only_its_section():
     twice = validate.replace_table(once + "\nmore notes after\n", "| t2 |", "cmd2")
     assert "| t1 |" not in twice and "cmd1" not in twice and "| t2 |" in twice
     assert "hand-written" in twice and "more notes after" in twice and twice.count("## Global memory") == 1
+
+
+def test_a_block_with_very_many_requests_is_counted_partly_not_without_bound():
+    """A block's requests wait in memory until it ends: past the runtime's limit
+    (2^18 per block) the rest are left out of the counts, and said to be."""
+    from grader.emulator.pycuda import compiler, driver
+    n, limit = 300_000, 1 << 18
+    f = compiler.SourceModule("__global__ void sum(const float* in, float* out, int n) {\n"
+                              "    float s = 0.0f;\n    for (int k = 0; k < n; ++k) s += in[k];\n"
+                              "    out[threadIdx.x] = s;\n}\n").get_function("sum")
+    a, out = driver.to_device(np.ones(n, np.float32)), driver.mem_alloc(32 * 4)
+    with emu_analysis.analyze() as report:
+        f(a, out, np.int32(n), block=(32, 1, 1))
+    assert report.requests("ld") == limit and report.sectors("ld") == limit      # one float a request: 1 sector
+    assert report.global_dropped == 32 * (n - limit) + 32                          # and the final store
+    assert "partial" in str(report)
+    result = np.empty(32, np.float32)
+    driver.memcpy_dtoh(result, out)
+    assert (result == n).all()

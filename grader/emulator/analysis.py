@@ -173,6 +173,7 @@ class Report:
     races: list[Race] = field(default_factory=list)
     out_of_bounds: list[Finding] = field(default_factory=list)
     launches: int = 0
+    global_dropped: int = 0  # global accesses left out of the counts (a block past the runtime's request limit)
 
     @property
     def conflicts_ld(self) -> int:
@@ -203,6 +204,8 @@ class Report:
             rows += [f"worst request, line {worst.line}:", worst.picture]
         rows += [f"global memory: {self.requests('ld')} load requests, {self.sectors('ld')} sectors; "
                  f"{self.requests('st')} store requests, {self.sectors('st')} sectors (32 B each)"]
+        if self.global_dropped:
+            rows += [f"  (partial: {self.global_dropped} accesses of blocks with very many requests not counted)"]
         rows += ["  " + g.describe()
                  for g in sorted(self.global_accesses, key=lambda g: (g.kernel, g.line, g.op, g.buffer))]
         uncoalesced = [g for g in self.global_accesses if g.excess]
@@ -384,6 +387,8 @@ def collect(loaded, kernel_name: str, block_dims, buffer_names: list[str]) -> li
             buffer_names[g.buffer] if 0 <= g.buffer < len(buffer_names) else "no buffer", g.size, g.requests,
             g.sectors, g.ideal_sectors, g.bytes,
             sector_picture(list(g.worst_addr), g.worst_lanes, g.size, bool(g.store)), g.worst_excess))
+    rt.emu_analysis_global_dropped.restype = ctypes.c_ulonglong
+    report.global_dropped = int(rt.emu_analysis_global_dropped())
     n = rt.emu_analysis_races(None, 0)
     races = (_Race * n)()
     rt.emu_analysis_races(races, n)

@@ -52,6 +52,10 @@ struct Request {
 static std::unordered_map<RequestKey, Request, RequestKeyHash> requests, global_requests;
 static std::map<std::pair<uintptr_t, int>, EmuSiteStats> sites;
 static std::map<std::pair<uintptr_t, int>, EmuGlobalStats> global_sites;
+// A block's global requests wait in memory until the block ends; past this many
+// (about 80 MB), new ones are counted as dropped instead (a long-running loop).
+static const size_t kMaxGlobalRequests = size_t(1) << 18;
+static unsigned long long global_dropped;  // accesses not counted, since the analysis was enabled
 
 struct Shadow {
     unsigned write_epoch, write_wepoch, read_epoch, read_wepoch;
@@ -324,8 +328,13 @@ static void access(const void* p, int size, bool store, uintptr_t pc) {
     bool inside = lo > 0 && a + size <= b[2 * (lo - 1)] + b[2 * (lo - 1) + 1];
     if (!inside) record_finding(0, store, size, pc, me, a, false);
     if (size > 1 && a % uintptr_t(std::min(size, 16)) != 0) record_finding(1, store, size, pc, me, a, false);
-    Request& q = global_requests[RequestKey{me / 32, next_occurrence(me, pc), pc}];
-    if (!q.lanes) { q.size = size; q.store = store; q.buffer = int(lo - 1); }
+    RequestKey key{me / 32, next_occurrence(me, pc), pc};
+    auto it = global_requests.find(key);
+    if (it == global_requests.end()) {
+        if (global_requests.size() >= kMaxGlobalRequests) { global_dropped++; return; }
+        it = global_requests.emplace(key, Request{size, store, int(lo - 1), 0, {}}).first;
+    }
+    Request& q = it->second;
     q.lanes |= 1u << (me % 32);
     q.addr[me % 32] = a;
 }
@@ -357,6 +366,7 @@ extern "C" void emu_analysis_enable(int on) {
     emu::analysis::active = on != 0;
     emu::analysis::sites.clear();
     emu::analysis::global_sites.clear();
+    emu::analysis::global_dropped = 0;
     emu::analysis::races.clear();
     emu::analysis::findings.clear();
 }
@@ -372,6 +382,8 @@ extern "C" size_t emu_analysis_global_sites(EmuGlobalStats* out, size_t cap) {
     for (auto& kv : emu::analysis::global_sites) if (n < cap) out[n++] = kv.second;
     return emu::analysis::global_sites.size();
 }
+
+extern "C" unsigned long long emu_analysis_global_dropped(void) { return emu::analysis::global_dropped; }
 
 extern "C" size_t emu_analysis_races(EmuRace* out, size_t cap) {
     size_t n = 0;

@@ -30,13 +30,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
-from .checks import (alignment, autotune_search, bank_conflicts, bank_conflicts_configs, compiles, correctness,
-                     minimums, occupancy_function, performance, pycuda_host, races, sssp, transpose)
+from .checks import (alignment, autotune_search, bank_conflicts, bank_conflicts_configs, coalescing, compiles,
+                     correctness, minimums, occupancy_function, performance, pycuda_host, races, sssp, transpose)
 from .report import CheckResult
 from .stages import STAGES, Stage
 
 # Seconds per check (the whole grading process: start, compile, every launch).
-SGEMM_TIMEOUTS = {"compiles": 120, "correctness": 240, "races": 240, "bank-conflicts": 240, "performance": 480}
+SGEMM_TIMEOUTS = {"compiles": 120, "correctness": 240, "races": 240, "bank-conflicts": 240, "coalescing": 240,
+                  "performance": 480}
 KERNEL_TIMEOUT = 300        # the other kernel exercises
 FUNCTION_TIMEOUT = 300      # a Python function
 
@@ -75,9 +76,11 @@ class Exercise:
 
 SGEMM_CHECKS = {"compiles": compiles, "correctness": correctness, "races": races,
                 "bank-conflicts": bank_conflicts, "performance": performance}
-# Checks some stages add, each placed before the named check: the float4 path and its
-# fallback (lab 05), the padding under other tile configurations (lab 04).
-EXTRA_CHECKS = {"vectorized": [(alignment, "races")], "double-buffering": [(alignment, "races")],
+# Checks some stages add, each placed before the named check: global-memory sectors
+# per request (lab 01: graded for coalesced, information for naive), the float4 path
+# and its fallback (lab 05), the padding under other tile configurations (lab 04).
+EXTRA_CHECKS = {"naive": [(coalescing, "performance")], "coalesced": [(coalescing, "performance")],
+                "vectorized": [(alignment, "races")], "double-buffering": [(alignment, "races")],
                 "bank-conflict-free": [(bank_conflicts_configs, "performance")]}
 
 

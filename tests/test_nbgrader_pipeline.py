@@ -1,9 +1,11 @@
 """The whole nbgrader pipeline on the labs, in a temporary course directory,
 in-process (NbGraderAPI): generate_assignment, autograde of the reference
 solution (every lab), the blank release copy and broken submissions (labs 1
-and 2), generate_feedback, and `grader regrade`, which recomputes every graded
-cell of every lab. On a machine without a GPU the performance tests are "not
-graded: no GPU" and score 0: the reference gets every other point.
+and 2; in lab 1 a correct coalesced kernel in the naive index order, which
+only the coalescing check catches), generate_feedback, and `grader regrade`,
+which recomputes every graded cell of every lab. On a machine without a GPU
+the performance tests are "not graded: no GPU" and score 0: the reference
+gets every other point.
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ import grader  # noqa: E402
 ON_GPU = grader.BACKEND.name == "gpu"
 PERF = {LAB1: 2.0, LAB2: 2.0}          # performance points per lab
 QUESTIONS = {LAB1: 5.0, LAB2: 3.0}
-TOTAL = {LAB1: 15.0, LAB2: 11.0}
+TOTAL = {LAB1: 17.0, LAB2: 11.0}
+COALESCING = 2.0                       # lab 1's coalescing cell (stage coalesced)
 
 # Lab 2 per-check points: correctness 4, races 2, performance 2.
 EXPECTED = {
@@ -40,6 +43,7 @@ EXPECTED = {
     (LAB1, "ref"): TOTAL[LAB1] - PERF[LAB1],
     (LAB1, "blank"): 0.0,
     (LAB1, "nobounds"): TOTAL[LAB1] - PERF[LAB1] - 3 - 1,   # naive: correctness and races (out of bounds)
+    (LAB1, "naiveorder"): TOTAL[LAB1] - PERF[LAB1] - COALESCING,   # correct, race-free, uncoalesced
     (LAB2, "ref"): TOTAL[LAB2] - PERF[LAB2],
     (LAB2, "blank"): 0.0,
     (LAB2, "nobounds"): QUESTIONS[LAB2],                      # wrong off tile multiples + out of bounds
@@ -73,6 +77,7 @@ EXPECTED.update({(LAB3, "ref"): _total(LAB3), (LAB4, "ref"): _total(LAB4)})     
 # Performance points a GPU adds: every correct kernel's. A kernel must pass the
 # correctness check before its speed counts, so the broken ones add nothing.
 GPU_PERF = {(LAB1, "ref"): PERF[LAB1], (LAB1, "nobounds"): 1.0,   # its coalesced kernel is the reference
+            (LAB1, "naiveorder"): 1.0,     # the naive kernel's; the uncoalesced one is too slow (0.010 of cuBLAS)
             (LAB2, "ref"): PERF[LAB2], (LAB2, "stderr"): PERF[LAB2], (LAB2, "tamper"): PERF[LAB2],
             (LAB2, "exit"): PERF[LAB2], (LAB2, "deleted-tests"): PERF[LAB2], (LAB2, "string-built"): PERF[LAB2],
             (LAB2, "memory-bomb"): PERF[LAB2]}
@@ -118,6 +123,17 @@ def _replace(cell, old: str, new: str) -> None:
 
 def _nobounds_naive(cells):
     _replace(cells["naive-kernel"], "    if (row < M && col < N) {", "    {")
+
+
+def _naive_order(cells):
+    """The coalesced stage with threadIdx.x moving the row again: still C = A B
+    under the coalesced launch (blockIdx.x still picks the columns), but a warp
+    reads 32 rows of A and writes 32 rows of C."""
+    k = cells["coalesced-kernel"]
+    _replace(k, "const int col = blockIdx.x * blockDim.x + threadIdx.x;",
+             "const int col = blockIdx.x * blockDim.x + threadIdx.y;")
+    _replace(k, "const int row = blockIdx.y * blockDim.y + threadIdx.y;",
+             "const int row = blockIdx.y * blockDim.y + threadIdx.x;")
 
 
 def _nobounds_tiled(cells):
@@ -255,7 +271,7 @@ _memory_bomb.extra_cells = ['PAD = "x" * 10**12', "BIG = " + " + ".join(["1"] * 
 
 
 SUBMISSIONS = {
-    LAB1: {"ref": None, "blank": False, "nobounds": _nobounds_naive},
+    LAB1: {"ref": None, "blank": False, "nobounds": _nobounds_naive, "naiveorder": _naive_order},
     LAB2: {"ref": None, "blank": False, "nobounds": _nobounds_tiled, "nosync": _nosync, "swapped": _swapped,
            "stderr": _stderr, "tamper": _tamper, "hang": _hang, "poison": _poison, "blank-after-poison": False,
            "oob-write": _oob_write, "exit": _exit, "deleted-tests": _deleted_tests, "reads-solutions": _reads_solutions,
@@ -359,6 +375,11 @@ def test_which_cells_lose_points(course):
     cells = _cell_scores(course_dir, LAB1, "nobounds")
     assert cells["naive-correctness"] == 0 and cells["naive-races"] == 0
     assert cells["coalesced-correctness"] == 3 and cells["coalesced-races"] == 1
+    assert cells["coalesced-coalescing"] == COALESCING
+    cells = _cell_scores(course_dir, LAB1, "naiveorder")
+    assert cells["coalesced-correctness"] == 3 and cells["coalesced-races"] == 1
+    assert cells["coalesced-coalescing"] == 0
+    assert _cell_scores(course_dir, LAB1, "ref")["coalesced-coalescing"] == COALESCING
     if not ON_GPU:
         for student in ("ref", "stderr", "tamper"):
             assert _cell_scores(course_dir, LAB2, student)["smem-tiling-performance"] == 0
@@ -374,6 +395,29 @@ def test_performance_reported_not_graded_without_gpu(course):
     assert "not graded: no GPU" in text
     assert not any(o.output_type == "stream" and o.name == "stderr" for c in nb.cells
                    if c.metadata.get("nbgrader", {}).get("grade") for o in c.outputs)
+
+
+def _cell_text(course_dir: Path, assignment: str, student: str, grade_id: str) -> str:
+    nb = nbformat.read(str(course_dir / "autograded" / student / assignment / f"{NOTEBOOK[assignment]}.ipynb"),
+                       as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+    return "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in cell.outputs)
+
+
+def test_coalescing_names_the_uncoalesced_lines(course):
+    """The naive index order's report: 32 sectors per request for A and for C, with the picture."""
+    course_dir, _, _ = course
+    text = _cell_text(course_dir, LAB1, "naiveorder", "coalesced-coalescing")
+    assert "load from A: 32 sectors per warp request" in text, text
+    assert "store to C: 32 sectors per warp request" in text, text
+    assert "1024 B moved for 128 B used" in text, text
+    text = _cell_text(course_dir, LAB1, "ref", "coalesced-coalescing")
+    assert "load from B: 4 sectors per warp request" in text and "uncoalesced" not in text, text
+    # The figure of both kernels at their intensity estimated on the emulator (from the same counts).
+    nb = nbformat.read(str(course_dir / "autograded" / "ref" / LAB1 / f"{NB1}.ipynb"), as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "roofline-estimated")
+    assert [o.output_type for o in cell.outputs if o.output_type in ("error", "stream")] == [], cell.outputs
+    assert any("image/png" in o.get("data", {}) for o in cell.outputs), cell.outputs
 
 
 def _hidden_lines(assignment: str) -> list[str]:

@@ -1,7 +1,8 @@
 """Run a PyCUDA script on the emulator.
 
     python -m grader.emulator SCRIPT [ARGS...]
-    python -m grader.emulator --analyze SCRIPT [ARGS...]   # then print bank conflicts, races, bad accesses
+    python -m grader.emulator --analyze SCRIPT [ARGS...]   # then print bank conflicts, global-memory
+                                                          # sectors per request, races, bad accesses
 """
 import runpy
 import sys

@@ -1,10 +1,11 @@
-"""What the emulator's analysis mode reports: shared-memory bank conflicts per
-source line (defined like Nsight Compute's counters), shared-memory races,
-and out-of-bounds or misaligned accesses (like compute-sanitizer memcheck).
+"""What the emulator's analysis mode reports: shared-memory bank conflicts and
+global-memory requests and sectors (coalescing) per source line, both defined
+like Nsight Compute's counters; shared-memory races; and out-of-bounds or
+misaligned accesses (like compute-sanitizer memcheck).
 
     with grader.emulator.analyze() as report:
         kernel(..., block=..., grid=...)       # ordinary PyCUDA launches
-    print(report)                              # or report.bank_conflicts, .races, .out_of_bounds
+    print(report)       # or report.bank_conflicts, .global_accesses, .races, .out_of_bounds
 """
 from __future__ import annotations
 
@@ -34,6 +35,14 @@ class _SiteStats(ctypes.Structure):
                 ("ideal_wavefronts", ctypes.c_ulonglong), ("max_ways", ctypes.c_int),
                 ("worst_conflicts", ctypes.c_int), ("worst_lanes", ctypes.c_uint), ("worst_warp", ctypes.c_uint),
                 ("worst_block", _Uint3), ("worst_addr", ctypes.c_size_t * 32)]
+
+
+class _GlobalStats(ctypes.Structure):
+    _fields_ = [("pc", ctypes.c_size_t), ("store", ctypes.c_int), ("size", ctypes.c_int),
+                ("buffer", ctypes.c_longlong), ("requests", ctypes.c_ulonglong), ("sectors", ctypes.c_ulonglong),
+                ("ideal_sectors", ctypes.c_ulonglong), ("bytes", ctypes.c_ulonglong), ("worst_excess", ctypes.c_int),
+                ("worst_lanes", ctypes.c_uint), ("worst_warp", ctypes.c_uint), ("worst_block", _Uint3),
+                ("worst_addr", ctypes.c_size_t * 32)]
 
 
 class _Race(ctypes.Structure):
@@ -70,6 +79,49 @@ class BankConflicts:
             return f"line {self.line} ({self.op}, {self.width} B): no bank conflicts in {self.requests} requests"
         return (f"line {self.line} ({self.op}, {self.width} B): {self.max_ways}-way bank conflict; "
                 f"{self.wavefronts} wavefronts for {self.requests} requests (ideal {self.ideal_wavefronts})")
+
+
+SECTOR = 32       # bytes: the unit in which L1 serves a global request
+
+
+@dataclass
+class GlobalAccesses:
+    """One global-memory access site (a source line's loads or stores of one
+    buffer): Nsight Compute's l1tex__t_requests_pipe_lsu_mem_global_op_{ld,st}.sum
+    (warp-level requests) and l1tex__t_sectors_pipe_lsu_mem_global_op_{ld,st}.sum."""
+    kernel: str
+    line: int
+    op: str                  # "ld" or "st"
+    buffer: str              # the device allocation, named by the launch argument pointing into it
+    width: int               # bytes per thread
+    requests: int
+    sectors: int
+    ideal_sectors: int       # the sectors each request's distinct bytes would fill, contiguous and aligned
+    bytes: int               # bytes the threads asked for
+    picture: str             # the worst request's sectors and the lanes in each
+    worst_excess: int = 0    # that request's sectors beyond its ideal
+
+    @property
+    def sectors_per_request(self) -> float:
+        return self.sectors / self.requests if self.requests else 0.0
+
+    @property
+    def ideal_per_request(self) -> float:
+        return self.ideal_sectors / self.requests if self.requests else 0.0
+
+    @property
+    def excess(self) -> int:
+        """Sectors beyond what the bytes need (0: coalesced)."""
+        return self.sectors - self.ideal_sectors
+
+    def describe(self) -> str:
+        what = "load" if self.op == "ld" else "store"
+        text = (f"line {self.line} ({what} of {self.buffer}, {self.width} B): "
+                f"{self.sectors_per_request:.4g} sectors per request "
+                f"({self.sectors} sectors for {self.requests} requests")
+        if not self.excess:
+            return text + "; coalesced)"
+        return text + f"; {self.ideal_per_request:.4g} per request would do)"
 
 
 @dataclass
@@ -117,9 +169,11 @@ class Finding:
 @dataclass
 class Report:
     bank_conflicts: list[BankConflicts] = field(default_factory=list)
+    global_accesses: list[GlobalAccesses] = field(default_factory=list)
     races: list[Race] = field(default_factory=list)
     out_of_bounds: list[Finding] = field(default_factory=list)
     launches: int = 0
+    global_dropped: int = 0  # global accesses left out of the counts (a block past the runtime's request limit)
 
     @property
     def conflicts_ld(self) -> int:
@@ -128,6 +182,14 @@ class Report:
     @property
     def conflicts_st(self) -> int:
         return sum(s.conflicts for s in self.bank_conflicts if s.op == "st")
+
+    def sectors(self, op: str, kernel: str | None = None) -> int:
+        """Global-memory sectors of loads ("ld") or stores ("st"), of one kernel or all."""
+        return sum(g.sectors for g in self.global_accesses if g.op == op and kernel in (None, g.kernel))
+
+    def requests(self, op: str, kernel: str | None = None) -> int:
+        """Global-memory warp requests of loads ("ld") or stores ("st"), of one kernel or all."""
+        return sum(g.requests for g in self.global_accesses if g.op == op and kernel in (None, g.kernel))
 
     def worst(self) -> BankConflicts | None:
         conflicting = [s for s in self.bank_conflicts if s.conflicts]
@@ -140,6 +202,16 @@ class Report:
         worst = self.worst()
         if worst:
             rows += [f"worst request, line {worst.line}:", worst.picture]
+        rows += [f"global memory: {self.requests('ld')} load requests, {self.sectors('ld')} sectors; "
+                 f"{self.requests('st')} store requests, {self.sectors('st')} sectors (32 B each)"]
+        if self.global_dropped:
+            rows += [f"  (partial: {self.global_dropped} accesses of blocks with very many requests not counted)"]
+        rows += ["  " + g.describe()
+                 for g in sorted(self.global_accesses, key=lambda g: (g.kernel, g.line, g.op, g.buffer))]
+        uncoalesced = [g for g in self.global_accesses if g.excess]
+        if uncoalesced:
+            g = max(uncoalesced, key=lambda g: (g.excess / g.requests, g.sectors))
+            rows += [f"worst global request, line {g.line}:", g.picture]
         rows += [f"races: {len(self.races)}"] + ["  " + r.describe() for r in self.races]
         rows += [f"out-of-bounds or misaligned accesses: {len(self.out_of_bounds)}"]
         rows += ["  " + f.describe() for f in self.out_of_bounds]
@@ -219,6 +291,72 @@ def bank_picture(addresses: list[int], lanes: int, width: int) -> str:
     return "\n".join(rows)
 
 
+@lru_cache(maxsize=None)
+def _sector_rule():
+    fn = runtime().emu_global_sectors
+    fn.restype = ctypes.c_uint
+    fn.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint, ctypes.c_int, ctypes.POINTER(ctypes.c_uint)]
+    return fn
+
+
+def global_sectors(addresses: dict[int, int], size: int) -> tuple[int, int]:
+    """The sector rule of the runtime (emu_global_sectors in runtime/analysis.cpp)
+    for one warp request: `addresses` maps lane (0-31) -> byte address, every
+    access `size` bytes. Returns (sectors, ideal sectors)."""
+    if size < 1:
+        raise ValueError(f"an access is at least 1 byte, not {size}")
+    addr, lanes = (ctypes.c_size_t * 32)(), 0
+    for lane, a in addresses.items():
+        addr[lane] = a
+        lanes |= 1 << lane
+    ideal = ctypes.c_uint()
+    return int(_sector_rule()(addr, lanes, size, ctypes.byref(ideal))), ideal.value
+
+
+def _lane_ranges(lanes: list[int]) -> str:
+    runs: list[list[int]] = []
+    for lane in lanes:
+        if runs and lane == runs[-1][1] + 1:
+            runs[-1][1] = lane
+        else:
+            runs.append([lane, lane])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def sector_picture(addresses: list[int], lanes: int, width: int, store: bool = False, rows: int = 6) -> str:
+    """Which 32-byte sectors one warp request touched: one row per sector, its
+    offset from the first, a mark per 4-byte word (# used, . fetched for
+    nothing) and the lanes in it."""
+    active = [lane for lane in range(32) if lanes >> lane & 1]
+    if not active:
+        return ""
+    width = max(width, 1)
+    sectors: dict[int, tuple[set[int], list[int]]] = {}
+    for lane in active:
+        a = addresses[lane]
+        for sector in range(a // SECTOR, (a + width - 1) // SECTOR + 1):
+            words, who = sectors.setdefault(sector, (set(), []))
+            lo, hi = max(a, sector * SECTOR), min(a + width, (sector + 1) * SECTOR)
+            words.update(range((lo - sector * SECTOR) // 4, (hi - 1 - sector * SECTOR) // 4 + 1))
+            who.append(lane)
+    first = min(sectors)
+    used = len({a + i for lane in active for a in [addresses[lane]] for i in range(width)})
+    verb = "wrote" if store else "read"
+    out = [f"lanes {_lane_ranges(active)} {verb} {width} B each: {len(sectors)} sector(s) of {SECTOR} B "
+           f"({len(sectors) * SECTOR} B moved for {used} B used)",
+           "  offset  words     lanes"]
+    ordered = sorted(sectors)
+    for sector in ordered[:rows]:
+        words, who = sectors[sector]
+        marks = "".join("#" if w in words else "." for w in range(SECTOR // 4))
+        out.append(f"  {(sector - first) * SECTOR:+6d}  {marks}  {_lane_ranges(sorted(set(who)))}")
+    if len(ordered) > rows:
+        gaps = {b - a for a, b in zip(ordered, ordered[1:])}
+        step = f", {gaps.pop() * SECTOR} B apart" if len(gaps) == 1 else ""
+        out.append(f"  ... {len(ordered) - rows} more sector(s){step}")
+    return "\n".join(out)
+
+
 def _thread(linear: int, block_dims: tuple[int, int, int]) -> tuple[int, int, int]:
     bx, by, _ = block_dims
     return (linear % bx, linear // bx % by, linear // (bx * by))
@@ -238,6 +376,19 @@ def collect(loaded, kernel_name: str, block_dims, buffer_names: list[str]) -> li
         report.bank_conflicts.append(BankConflicts(
             kernel_name, lines(s.pc), "st" if s.store else "ld", s.size, s.requests, s.wavefronts,
             s.ideal_wavefronts, s.max_ways, bank_picture(list(s.worst_addr), s.worst_lanes, s.size)))
+    fn = rt.emu_analysis_global_sites
+    fn.restype, fn.argtypes = ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_size_t]
+    n = fn(None, 0)
+    gsites = (_GlobalStats * n)()
+    fn(gsites, n)
+    for g in gsites:
+        report.global_accesses.append(GlobalAccesses(
+            kernel_name, lines(g.pc), "st" if g.store else "ld",
+            buffer_names[g.buffer] if 0 <= g.buffer < len(buffer_names) else "no buffer", g.size, g.requests,
+            g.sectors, g.ideal_sectors, g.bytes,
+            sector_picture(list(g.worst_addr), g.worst_lanes, g.size, bool(g.store)), g.worst_excess))
+    rt.emu_analysis_global_dropped.restype = ctypes.c_ulonglong
+    report.global_dropped = int(rt.emu_analysis_global_dropped())
     n = rt.emu_analysis_races(None, 0)
     races = (_Race * n)()
     rt.emu_analysis_races(races, n)
@@ -262,6 +413,7 @@ def collect(loaded, kernel_name: str, block_dims, buffer_names: list[str]) -> li
 
 def _merge_sites(report: Report) -> None:
     """One record per kernel, line and op, whatever number of launches."""
+    _merge_global(report)
     merged: dict[tuple, BankConflicts] = {}
     for s in report.bank_conflicts:
         key = (s.kernel, s.line, s.op)
@@ -277,6 +429,24 @@ def _merge_sites(report: Report) -> None:
         m.max_ways = max(m.max_ways, s.max_ways)
         m.width = max(m.width, s.width)
     report.bank_conflicts[:] = list(merged.values())
+
+
+def _merge_global(report: Report) -> None:
+    merged: dict[tuple, GlobalAccesses] = {}
+    for g in report.global_accesses:
+        key = (g.kernel, g.line, g.op, g.buffer)
+        m = merged.get(key)
+        if m is None:
+            merged[key] = GlobalAccesses(**vars(g))
+            continue
+        if g.worst_excess > m.worst_excess:
+            m.picture, m.worst_excess = g.picture, g.worst_excess
+        m.requests += g.requests
+        m.sectors += g.sectors
+        m.ideal_sectors += g.ideal_sectors
+        m.bytes += g.bytes
+        m.width = max(m.width, g.width)
+    report.global_accesses[:] = list(merged.values())
 
 
 class _LineMap:

@@ -1,11 +1,15 @@
 """The emulator's analysis against the hardware's own tools, side by side:
-Nsight Compute's shared-memory bank-conflict counters and compute-sanitizer's
-racecheck and memcheck, on the same kernels.
+Nsight Compute's shared-memory bank-conflict counters and its global-memory
+request and sector counters (coalescing), and compute-sanitizer's racecheck
+and memcheck, on the same kernels.
 
     python -m grader.emulator.validate --out results/h200      # on a GPU machine with ncu
     python -m grader.emulator.validate --emulator-only         # anywhere
+    python -m grader.emulator.validate --sectors --out DIR     # only the global-memory table
 
-It writes validation.md (the table and the command) and validation.json.
+It writes validation.md (the tables and the command) and validation.json;
+--sectors replaces only the global-memory table (between its markers) in an
+existing validation.md, and its entry in validation.json.
 """
 from __future__ import annotations
 
@@ -86,6 +90,56 @@ extern "C" __global__ void write_stride_32(const float* in, float* out) {
 }
 """
 
+# Global-memory patterns: one block of 256 threads (8 warps), i = threadIdx.x;
+# each kernel also stores out[i] (8 requests of 4 sectors) unless it says otherwise.
+GLOBALS = r"""
+extern "C" __global__ void ld_stride_1(const float* in, float* out) {
+    int i = threadIdx.x; out[i] = in[i];
+}
+extern "C" __global__ void ld_stride_2(const float* in, float* out) {
+    int i = threadIdx.x; out[i] = in[2 * i];
+}
+extern "C" __global__ void ld_stride_32(const float* in, float* out) {
+    int i = threadIdx.x; out[i] = in[32 * i];
+}
+extern "C" __global__ void ld_broadcast(const float* in, float* out) {
+    int i = threadIdx.x; out[i] = in[7];
+}
+extern "C" __global__ void ld_misaligned_float(const float* in, float* out) {
+    int i = threadIdx.x; out[i] = in[i + 1];
+}
+extern "C" __global__ void ld_half_warp(const float* in, float* out) {
+    int i = threadIdx.x; if (i % 32 < 16) out[i] = in[i];
+}
+extern "C" __global__ void ld_float2(const float* in, float* out) {
+    int i = threadIdx.x; float2 v = reinterpret_cast<const float2*>(in)[i]; out[i] = v.x + v.y;
+}
+extern "C" __global__ void ld_float4(const float* in, float* out) {
+    int i = threadIdx.x; float4 v = reinterpret_cast<const float4*>(in)[i]; out[i] = v.x + v.y + v.z + v.w;
+}
+extern "C" __global__ void ld_float4_offset(const float* in, float* out) {
+    int i = threadIdx.x; float4 v = reinterpret_cast<const float4*>(in)[i + 1]; out[i] = v.x + v.y + v.z + v.w;
+}
+extern "C" __global__ void ld_float4_stride_2(const float* in, float* out) {
+    int i = threadIdx.x; float4 v = reinterpret_cast<const float4*>(in)[2 * i]; out[i] = v.x + v.y + v.z + v.w;
+}
+extern "C" __global__ void ld_gather(const float* in, float* out, const int* idx) {
+    int i = threadIdx.x; out[i] = in[idx[i]];
+}
+extern "C" __global__ void st_stride_32(const float* in, float* out) {
+    int i = threadIdx.x; out[32 * i] = in[i];
+}
+extern "C" __global__ void st_misaligned_float(const float* in, float* out) {
+    int i = threadIdx.x; out[i + 1] = in[i];
+}
+extern "C" __global__ void st_float4(const float* in, float* out) {
+    int i = threadIdx.x; reinterpret_cast<float4*>(out)[i] = make_float4(in[i], in[i], in[i], in[i]);
+}
+"""
+GLOBAL_KERNELS = ("ld_stride_1", "ld_stride_2", "ld_stride_32", "ld_broadcast", "ld_misaligned_float", "ld_half_warp",
+                  "ld_float2", "ld_float4", "ld_float4_offset", "ld_float4_stride_2", "ld_gather", "st_stride_32",
+                  "st_misaligned_float", "st_float4")
+
 # Kernels with a bug each: a reduction without barriers, an out-of-bounds
 # read, a misaligned float4 read.
 BUGS = r"""
@@ -111,23 +165,35 @@ NCU_METRICS = ["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
                "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
                "smsp__sass_inst_executed_op_shared_ld.sum",
                "smsp__sass_inst_executed_op_shared_st.sum"]
+NCU_KEYS = ("conflicts_ld", "conflicts_st", "requests_ld", "requests_st")
+# Global memory, per kernel: warp-level requests and 32-byte sectors of loads and stores.
+SECTOR_METRICS = ["l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+                  "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum", "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"]
+SECTOR_KEYS = ("g_requests_ld", "g_sectors_ld", "g_requests_st", "g_sectors_st")
+FAULTING = ("out_of_bounds_read", "misaligned_float4")
 SGEMM_SHAPE = (128, 128, 128)
+TABLE_BEGIN, TABLE_END = "<!-- global-memory table: written by grader.emulator.validate -->", "<!-- end of table -->"
 
 
 def _launches(drv, SourceModule):
     """(name, thunk) for every validation kernel, on the given PyCUDA."""
     from grader import sgemm, stages
     patterns = SourceModule(PATTERNS, no_extern_c=True, options=["-lineinfo"])
+    globals_ = SourceModule(GLOBALS, no_extern_c=True, options=["-lineinfo"])
     bugs = SourceModule(BUGS, no_extern_c=True, options=["-lineinfo"])
     data = np.random.default_rng(0).random(8192, dtype=np.float32)
     d_in, d_out = drv.to_device(data), drv.mem_alloc(8192 * 4)
     small = drv.to_device(data[:256])
+    d_idx = drv.to_device(np.random.default_rng(2).permutation(8192)[:256].astype(np.int32))
     result = []
     for name in ("transpose_32x32", "transpose_32x33"):
         result.append((name, lambda f=patterns.get_function(name): f(d_in, d_out, block=(32, 32, 1))))
     for name in ("read_stride_1", "read_stride_2", "read_stride_32", "read_broadcast", "read_float2",
                  "read_float2_stride_2", "read_float4", "read_float4_stride_2", "write_stride_32"):
         result.append((name, lambda f=patterns.get_function(name): f(d_in, d_out, block=(256, 1, 1))))
+    for name in GLOBAL_KERNELS:
+        extra = (d_idx,) if name == "ld_gather" else ()
+        result.append((name, lambda f=globals_.get_function(name), x=extra: f(d_in, d_out, *x, block=(256, 1, 1))))
     A, B = sgemm.random_inputs(*SGEMM_SHAPE, np.random.default_rng(1))
     for stage in stages.STAGES:
         if any(name == stage.kernel for name, _ in result):
@@ -160,6 +226,9 @@ def emulator_results() -> dict[str, dict]:
             "requests_st": sum(s.requests for s in report.bank_conflicts if s.op == "st"),
             "races": [r.describe() for r in report.races],
             "memory_errors": [f.describe() for f in report.out_of_bounds] or ([error] if error else []),
+            "g_requests_ld": report.requests("ld"), "g_sectors_ld": report.sectors("ld"),
+            "g_requests_st": report.requests("st"), "g_sectors_st": report.sectors("st"),
+            "global_lines": [g.describe() for g in sorted(report.global_accesses, key=lambda g: (g.line, g.op))],
         }
     return out
 
@@ -180,9 +249,10 @@ def run_on_gpu(only: list[str] | None) -> None:
             return  # a faulted context cannot launch again
 
 
-def ncu_results() -> dict[str, dict]:
-    cmd = ["ncu", "--clock-control", "none", "--csv", "--page", "raw", "--metrics", ",".join(NCU_METRICS),
-           sys.executable, "-m", "grader.emulator.validate", "--run-on-gpu", "--skip", "out_of_bounds_read,misaligned_float4"]
+def ncu_results(metrics: dict[str, str]) -> dict[str, dict]:
+    """{kernel: {key: value summed over its launches}} for the metrics {ncu name: key}."""
+    cmd = ["ncu", "--clock-control", "none", "--csv", "--page", "raw", "--metrics", ",".join(metrics),
+           sys.executable, "-m", "grader.emulator.validate", "--run-on-gpu", "--skip", ",".join(FAULTING)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "GRADER_BACKEND": "gpu"})
     rows = [line for line in proc.stdout.splitlines() if line.startswith('"')]
     if not rows:
@@ -194,10 +264,38 @@ def ncu_results() -> dict[str, dict]:
     for row in body:
         kernel = re.sub(r"\(.*$", "", row[name_col]).split("<")[0].strip()
         kernel = kernel.split(" ")[-1]
-        entry = out.setdefault(kernel, {"conflicts_ld": 0, "conflicts_st": 0, "requests_ld": 0, "requests_st": 0})
-        for metric, key in zip(NCU_METRICS, ("conflicts_ld", "conflicts_st", "requests_ld", "requests_st")):
+        entry = out.setdefault(kernel, dict.fromkeys(metrics.values(), 0))
+        for metric, key in metrics.items():
             entry[key] += int(float(row[header.index(metric)].replace(",", "")))
     return out
+
+
+def sector_table(emu: dict[str, dict], hw: dict[str, dict]) -> str:
+    """Global-memory requests and sectors per kernel, the emulator's beside Nsight Compute's."""
+    rows = ["| kernel | emulator ld requests / sectors | ncu ld requests / sectors | emulator st requests / sectors "
+            "| ncu st requests / sectors |", "|---|---|---|---|---|"]
+
+    def pair(d: dict, op: str) -> str:
+        return f"{d.get(f'g_requests_{op}', '-')} / {d.get(f'g_sectors_{op}', '-')}"
+
+    for name, e in emu.items():
+        if name in FAULTING:
+            continue
+        h = hw.get(name, {})
+        mark = "" if not h or all(e[k] == h.get(k) for k in SECTOR_KEYS) else " **differs**"
+        rows.append(f"| {name}{mark} | {pair(e, 'ld')} | {pair(h, 'ld')} | {pair(e, 'st')} | {pair(h, 'st')} |")
+    return "\n".join(rows)
+
+
+def replace_table(text: str, table: str, command: str) -> str:
+    """`text` (a validation.md) with the global-memory table between its markers
+    replaced, or a new section at its end."""
+    block = f"{TABLE_BEGIN}\nCommand: `{command}`\n\n{table}\n{TABLE_END}"
+    if TABLE_BEGIN in text and TABLE_END in text:
+        head, rest = text.split(TABLE_BEGIN, 1)
+        return head + block + rest.split(TABLE_END, 1)[1]
+    return (text.rstrip("\n") + "\n\n## Global memory: requests and sectors (coalescing)\n\n"
+            f"SGEMM stages at {SGEMM_SHAPE}; the patterns run one block of 256 threads.\n\n{block}\n")
 
 
 def sanitizer_results(tool: str, kernels: list[str]) -> dict[str, str]:
@@ -217,6 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=None, help="folder for validation.md and validation.json")
     parser.add_argument("--emulator-only", action="store_true")
+    parser.add_argument("--sectors", action="store_true",
+                        help="only the global-memory table, replaced in an existing OUT/validation.md")
     parser.add_argument("--run-on-gpu", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--only", default="", help=argparse.SUPPRESS)
     parser.add_argument("--skip", default="", help=argparse.SUPPRESS)
@@ -233,7 +333,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     emu = emulator_results()
-    hw = {} if args.emulator_only else ncu_results()
+    command = recorded_command("grader.emulator.validate", list(sys.argv[1:] if argv is None else argv))
+    if args.sectors:
+        return _sectors_only(emu, args, command)
+    hw = {} if args.emulator_only else ncu_results(dict(zip(NCU_METRICS + SECTOR_METRICS, NCU_KEYS + SECTOR_KEYS)))
     races = {} if args.emulator_only else sanitizer_results("racecheck", ["racy_reduction", "sgemm_smem_tiling"])
     memory = {} if args.emulator_only else sanitizer_results("memcheck", ["out_of_bounds_read", "misaligned_float4"])
     rows = ["| kernel | emulator ld conflicts | ncu ld conflicts | emulator st conflicts | ncu st conflicts | "
@@ -249,15 +352,31 @@ def main(argv: list[str] | None = None) -> int:
         tool = races.get(name) or memory.get(name) or "-"
         rows.append(f"| {name} | {'<br>'.join(found) or 'nothing found'} | {tool.replace(chr(10), '<br>')} |")
     table = "\n".join(rows)
-    print(table)
+    sectors = sector_table(emu, hw)
+    print(table + "\n\n" + sectors)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        command = recorded_command("grader.emulator.validate", list(sys.argv[1:] if argv is None else argv))
-        (out / "validation.md").write_text(f"# Emulator analysis vs Nsight Compute and compute-sanitizer\n\n"
-                                           f"Command: `{command}`\n\nSGEMM stages at {SGEMM_SHAPE}.\n\n{table}\n")
+        text = (f"# Emulator analysis vs Nsight Compute and compute-sanitizer\n\n"
+                f"Command: `{command}`\n\nSGEMM stages at {SGEMM_SHAPE}.\n\n{table}\n")
+        (out / "validation.md").write_text(replace_table(text, sectors, command))
         (out / "validation.json").write_text(json.dumps({"emulator": emu, "ncu": hw, "racecheck": races,
                                                           "memcheck": memory}, indent=1))
+    return 0
+
+
+def _sectors_only(emu: dict[str, dict], args, command: str) -> int:
+    hw = {} if args.emulator_only else ncu_results(dict(zip(SECTOR_METRICS, SECTOR_KEYS)))
+    table = sector_table(emu, hw)
+    print(table)
+    if args.out:
+        out = Path(args.out)
+        md, js = out / "validation.md", out / "validation.json"
+        md.write_text(replace_table(md.read_text() if md.exists() else "", table, command))
+        data = json.loads(js.read_text()) if js.exists() else {}
+        data["sectors"] = {"emulator": {k: {key: v[key] for key in (*SECTOR_KEYS, "global_lines")}
+                                        for k, v in emu.items()}, "ncu": hw}
+        js.write_text(json.dumps(data, indent=1))
     return 0
 
 

@@ -1,7 +1,8 @@
 // Analysis mode (see analysis.h). Threads of a block run one after another,
 // so a warp's request is assembled from its lanes' n-th execution of the same
 // access site, and a race is two threads touching one shared word in the same
-// barrier interval without a warp-level sync between them.
+// barrier interval without a warp-level sync between them. Shared requests go
+// through the bank rule, global ones through the sector rule.
 #include "analysis.h"
 
 #include <dlfcn.h>
@@ -44,11 +45,17 @@ struct RequestKeyHash {
 struct Request {
     int size;
     bool store;
+    int buffer;  // global requests: the launch buffer of the first lane
     unsigned lanes;
     uintptr_t addr[32];
 };
-static std::unordered_map<RequestKey, Request, RequestKeyHash> requests;
+static std::unordered_map<RequestKey, Request, RequestKeyHash> requests, global_requests;
 static std::map<std::pair<uintptr_t, int>, EmuSiteStats> sites;
+static std::map<std::pair<uintptr_t, int>, EmuGlobalStats> global_sites;
+// A block's global requests wait in memory until the block ends; past this many
+// (about 80 MB), new ones are counted as dropped instead (a long-running loop).
+static const size_t kMaxGlobalRequests = size_t(1) << 18;
+static unsigned long long global_dropped;  // accesses not counted, since the analysis was enabled
 
 struct Shadow {
     unsigned write_epoch, write_wepoch, read_epoch, read_wepoch;
@@ -96,6 +103,7 @@ void begin_block(uint3 b) {
     epoch++;
     std::fill(occurrences.begin(), occurrences.end(), Occurrence{0, 0});
     requests.clear();
+    global_requests.clear();
 }
 
 void barrier_released() { epoch++; }
@@ -160,9 +168,62 @@ static void evaluate(const RequestKey& key, const Request& q) {
     }
 }
 
+// ---- coalescing ---------------------------------------------------------------
+// A warp's global request is served in 32-byte sectors: it costs the number of
+// distinct sectors its lanes touch (lanes reading the same bytes share them).
+extern "C" unsigned emu_global_sectors(const uintptr_t* addr, unsigned lanes, int size, unsigned* ideal_out) {
+    static std::vector<uintptr_t> sectors;
+    uintptr_t starts[32];
+    int n = 0;
+    sectors.clear();
+    size = std::max(size, 1);
+    for (int lane = 0; lane < 32; lane++) {
+        if (!((lanes >> lane) & 1)) continue;
+        starts[n++] = addr[lane];
+        for (uintptr_t s = addr[lane] / 32; s <= (addr[lane] + size - 1) / 32; s++) sectors.push_back(s);
+    }
+    std::sort(sectors.begin(), sectors.end());
+    unsigned distinct = unsigned(std::unique(sectors.begin(), sectors.end()) - sectors.begin());
+    if (ideal_out) {
+        // the union of the lanes' byte ranges, packed into whole sectors
+        std::sort(starts, starts + n);
+        uintptr_t bytes = 0, covered = 0;
+        for (int i = 0; i < n; i++) {
+            uintptr_t lo = std::max(starts[i], covered), hi = starts[i] + size;
+            if (hi > lo) bytes += hi - lo;
+            covered = std::max(covered, hi);
+        }
+        *ideal_out = unsigned((bytes + 31) / 32);
+    }
+    return distinct;
+}
+
+static void evaluate_global(const RequestKey& key, const Request& q) {
+    unsigned ideal = 0;
+    unsigned sectors = emu_global_sectors(q.addr, q.lanes, q.size, &ideal);
+    EmuGlobalStats& s = global_sites[{key.pc, q.store}];
+    if (!s.requests) {
+        s.pc = key.pc; s.store = q.store; s.size = q.size; s.buffer = q.buffer; s.worst_excess = -1;
+    }
+    s.requests++;
+    s.sectors += sectors;
+    s.ideal_sectors += ideal;
+    s.bytes += (unsigned long long)__builtin_popcount(q.lanes) * unsigned(q.size);
+    int excess = int(sectors) - int(ideal);
+    if (excess > s.worst_excess) {
+        s.worst_excess = excess;
+        s.worst_lanes = q.lanes;
+        s.worst_warp = key.warp;
+        s.worst_block = block;
+        std::copy(q.addr, q.addr + 32, s.worst_addr);
+    }
+}
+
 void end_block() {
     for (auto& kv : requests) evaluate(kv.first, kv.second);
+    for (auto& kv : global_requests) evaluate_global(kv.first, kv.second);
     requests.clear();
+    global_requests.clear();
 }
 
 static unsigned next_occurrence(unsigned thread, uintptr_t pc) {
@@ -267,6 +328,15 @@ static void access(const void* p, int size, bool store, uintptr_t pc) {
     bool inside = lo > 0 && a + size <= b[2 * (lo - 1)] + b[2 * (lo - 1) + 1];
     if (!inside) record_finding(0, store, size, pc, me, a, false);
     if (size > 1 && a % uintptr_t(std::min(size, 16)) != 0) record_finding(1, store, size, pc, me, a, false);
+    RequestKey key{me / 32, next_occurrence(me, pc), pc};
+    auto it = global_requests.find(key);
+    if (it == global_requests.end()) {
+        if (global_requests.size() >= kMaxGlobalRequests) { global_dropped++; return; }
+        it = global_requests.emplace(key, Request{size, store, int(lo - 1), 0, {}}).first;
+    }
+    Request& q = it->second;
+    q.lanes |= 1u << (me % 32);
+    q.addr[me % 32] = a;
 }
 
 }  // namespace analysis
@@ -295,6 +365,8 @@ extern "C" void __asan_after_dynamic_init(void) {}
 extern "C" void emu_analysis_enable(int on) {
     emu::analysis::active = on != 0;
     emu::analysis::sites.clear();
+    emu::analysis::global_sites.clear();
+    emu::analysis::global_dropped = 0;
     emu::analysis::races.clear();
     emu::analysis::findings.clear();
 }
@@ -304,6 +376,14 @@ extern "C" size_t emu_analysis_sites(EmuSiteStats* out, size_t cap) {
     for (auto& kv : emu::analysis::sites) if (n < cap) out[n++] = kv.second;
     return emu::analysis::sites.size();
 }
+
+extern "C" size_t emu_analysis_global_sites(EmuGlobalStats* out, size_t cap) {
+    size_t n = 0;
+    for (auto& kv : emu::analysis::global_sites) if (n < cap) out[n++] = kv.second;
+    return emu::analysis::global_sites.size();
+}
+
+extern "C" unsigned long long emu_analysis_global_dropped(void) { return emu::analysis::global_dropped; }
 
 extern "C" size_t emu_analysis_races(EmuRace* out, size_t cap) {
     size_t n = 0;
@@ -319,6 +399,7 @@ extern "C" size_t emu_analysis_findings(EmuFinding* out, size_t cap) {
 
 extern "C" void emu_analysis_clear(void) {
     emu::analysis::sites.clear();
+    emu::analysis::global_sites.clear();
     emu::analysis::races.clear();
     emu::analysis::findings.clear();
 }

@@ -2,7 +2,8 @@
 // call a hook before every load and store (analysis.cpp). Shared-memory
 // accesses are grouped into warp requests for the bank-conflict rule and
 // checked for races against a shadow of shared memory; global accesses are
-// checked against the launch's buffers and for alignment.
+// checked against the launch's buffers and for alignment, and grouped into
+// warp requests for the 32-byte sectors they touch (coalescing).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -57,6 +58,23 @@ struct EmuSiteStats {
     uint3 worst_block;
     uintptr_t worst_addr[32];
 };
+// One global-memory access site (load or store), as Nsight Compute counts it:
+// l1tex__t_requests_pipe_lsu_mem_global_op_{ld,st} and ..._t_sectors_...
+struct EmuGlobalStats {
+    uintptr_t pc;
+    int store;
+    int size;
+    long long buffer;                  // the launch buffer of its first access (index, as in EmuFinding)
+    unsigned long long requests;
+    unsigned long long sectors;        // distinct 32-byte sectors, summed over requests
+    unsigned long long ideal_sectors;  // what the distinct bytes of each request would fill, packed
+    unsigned long long bytes;          // bytes the lanes asked for (lanes x size)
+    int worst_excess;                  // sectors - ideal of the worst request
+    unsigned worst_lanes;
+    unsigned worst_warp;
+    uint3 worst_block;
+    uintptr_t worst_addr[32];
+};
 struct EmuRace {
     int kind;  // 0 read after write, 1 write after read, 2 write after write
     uintptr_t pc_a, pc_b;
@@ -84,4 +102,10 @@ struct EmuFinding {
 // and *max_ways (the most distinct words one bank serves in a phase) when not null.
 unsigned long long emu_bank_wavefronts(const uintptr_t* addr, unsigned lanes, int size,
                                        unsigned long long* ideal, int* max_ways);
+
+// The sector rule, for one warp request to global memory: the distinct 32-byte
+// sectors the lanes in `lanes` touch, each reading or writing `size` bytes at
+// addr[lane]; *ideal (the sectors the request's distinct bytes would fill if
+// they were contiguous and aligned) when not null.
+unsigned emu_global_sectors(const uintptr_t* addr, unsigned lanes, int size, unsigned* ideal);
 }

@@ -2,8 +2,10 @@
 use, running kernels on the CPU. Names and behaviour follow PyCUDA 2026.1."""
 from __future__ import annotations
 
+import functools
 import re
 import sys
+import threading
 import time
 
 import numpy as np
@@ -50,6 +52,19 @@ class CompileError(Error):
     def __str__(self):
         return self.msg
 
+
+# One device, one default stream: launches and copies from several host threads
+# run one after another, as the legacy default stream orders them on a GPU
+# (the runtime's launch state, printf buffer and analysis report are shared).
+_serial = threading.RLock()
+
+
+def _serialised(fn):
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with _serial:
+            return fn(*args, **kwargs)
+    return run
 
 _LAUNCH_KINDS = {LAUNCH_FAILURE: "deadlock", TIMEOUT: "timeout", FAULT: "fault", TRAP: "trap", INVALID: "invalid"}
 
@@ -269,11 +284,13 @@ def _host_bytes(ary, what: str) -> np.ndarray:
     return ary.reshape(-1).view(np.uint8)
 
 
+@_serialised
 def memcpy_htod(dest, src, stream: Stream | None = None) -> None:
     data = _host_bytes(src, "memcpy_htod")
     _checked_view(dest, data.size, "memcpy_htod")[:] = data
 
 
+@_serialised
 def memcpy_dtoh(dest, src, stream: Stream | None = None) -> None:
     if not isinstance(dest, np.ndarray) or not dest.flags.c_contiguous:
         raise LogicError("memcpy_dtoh: the destination must be a contiguous numpy array")
@@ -285,6 +302,7 @@ memcpy_htod_async = memcpy_htod
 memcpy_dtoh_async = memcpy_dtoh
 
 
+@_serialised
 def memcpy_dtod(dest, src, size: int, stream: Stream | None = None) -> None:
     _checked_view(dest, size, "memcpy_dtod")[:] = _checked_view(src, size, "memcpy_dtod").copy()
 
@@ -299,6 +317,7 @@ def _checked_view(ptr, nbytes: int, what: str) -> np.ndarray:
         raise LogicError(f"{e} (cuMemcpy: invalid argument)") from None
 
 
+@_serialised
 def _memset(dest, value: int, count: int, dtype) -> None:
     itemsize = np.dtype(dtype).itemsize
     _checked_view(dest, count * itemsize, "memset").view(dtype)[:] = value
@@ -528,6 +547,7 @@ class Function:
     def prepared_async_call(self, grid, block, stream, *args, shared_size=0) -> None:
         self.prepared_call(grid, block, *args, shared_size=shared_size)
 
+    @_serialised
     def _launch(self, values, grid, block, shared) -> None:
         grid3, block3 = _dims(grid, "grid"), _dims(block, "block")
         self._check_config(grid3, block3, int(shared))

@@ -101,6 +101,8 @@ static bool in_guard_page(const void* addr) {
 // ---- errors ----------------------------------------------------------------
 static sigjmp_buf launch_jmp;
 static volatile sig_atomic_t in_launch, timed_out, fault_signal;
+static pthread_t launch_thread;      // a fault on another thread is not the kernel's
+static std::mutex launch_mutex;      // one launch at a time: the state above is the process's
 static void* volatile fault_address;
 
 static std::string where() {
@@ -116,14 +118,14 @@ static std::string where() {
 }
 
 static void on_fault(int sig, siginfo_t* info, void*) {
-    if (!in_launch) { signal(sig, SIG_DFL); raise(sig); return; }
+    if (!in_launch || !pthread_equal(pthread_self(), launch_thread)) { signal(sig, SIG_DFL); raise(sig); return; }
     fault_signal = sig;
     fault_address = info->si_addr;
     siglongjmp(launch_jmp, kFault);
 }
 
 static void on_timeout_signal(int, siginfo_t*, void*) {
-    if (in_launch && timed_out) siglongjmp(launch_jmp, kTimeout);
+    if (in_launch && timed_out && pthread_equal(pthread_self(), launch_thread)) siglongjmp(launch_jmp, kTimeout);
 }
 
 #if defined(SIGRTMIN)
@@ -462,6 +464,8 @@ extern "C" int emu_launch(const ModuleInfo* mod, int kernel, const unsigned char
                           const unsigned* grid, const unsigned* block, size_t dynamic_shared, double timeout_s,
                           unsigned long long seed, const uintptr_t* buffers, size_t nbuffers) {
     static Watchdog& watchdog = *new Watchdog;  // never destroyed: its thread outlives exit handlers
+    std::lock_guard<std::mutex> serial(launch_mutex);
+    launch_thread = pthread_self();
     const KernelEntry& k = mod->kernels[kernel];
     int n = int(block[0] * block[1] * block[2]);
     if (!ensure_stacks(size_t(n))) { error_text = "cannot allocate fiber stacks"; return kInvalid; }

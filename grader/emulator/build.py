@@ -308,8 +308,8 @@ def scan_declarations(preprocessed: str) -> Declarations:
             continue
         rest = text[m.end():]
         stop = re.search(r"[;=({]", rest)
-        if not stop or stop.group(0) in "({":
-            continue
+        if not stop or stop.group(0) in "({" or re.search(r"\boperator\s*$", rest[:stop.start()]):
+            continue            # a function (operator= included), not a variable
         head = re.sub(r"\[[^\]]*\]", "", rest[:stop.start()]).replace("__EMU_VARIABLE__", "").replace("__EMU_DEVICE__", "")
         names = re.findall(r"\b(\w+)\s*$", head)
         if names and names[0] not in variables:

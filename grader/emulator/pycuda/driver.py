@@ -2,6 +2,8 @@
 use, running kernels on the CPU. Names and behaviour follow PyCUDA 2026.1."""
 from __future__ import annotations
 
+import builtins
+import enum
 import functools
 import re
 import sys
@@ -44,6 +46,10 @@ class MemoryError(Error):  # noqa: A001 - PyCUDA's name
     pass
 
 
+class NotSupported(LogicError):
+    """What a GPU offers and the CPU emulator does not (textures, cubins, ...)."""
+
+
 class CompileError(Error):
     def __init__(self, msg, command_line=None, stdout=None, stderr=None):
         super().__init__(msg)
@@ -70,7 +76,14 @@ _LAUNCH_KINDS = {LAUNCH_FAILURE: "deadlock", TIMEOUT: "timeout", FAULT: "fault",
 
 
 # ---- device -------------------------------------------------------------------
-class device_attribute:  # noqa: N801 - PyCUDA's name
+class _NamedInt(enum.IntEnum):
+    """An enum member that prints as its name, as PyCUDA's (Boost.Python) enums do."""
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class device_attribute(_NamedInt):  # noqa: N801 - PyCUDA's name
     """Attribute ids; the values are the H200's, in grader.emulator.config.DEVICE_ATTRIBUTES."""
     MAX_THREADS_PER_BLOCK = 1
     MAX_BLOCK_DIM_X = 2
@@ -100,8 +113,7 @@ class device_attribute:  # noqa: N801 - PyCUDA's name
 
 
 _DEVICE_VALUES = config.DEVICE_ATTRIBUTES
-_ATTRIBUTE_VALUES = {getattr(device_attribute, k): v for k, v in _DEVICE_VALUES.items()}
-TOTAL_MEMORY = config.TOTAL_MEMORY
+_ATTRIBUTE_VALUES = {device_attribute[k]: v for k, v in _DEVICE_VALUES.items()}
 
 
 def init(flags: int = 0) -> None:
@@ -133,7 +145,7 @@ class Device:
         return config.COMPUTE_CAPABILITY
 
     def total_memory(self) -> int:
-        return TOTAL_MEMORY
+        return config.total_memory()
 
     def pci_bus_id(self) -> str:
         return "emulator"
@@ -141,10 +153,11 @@ class Device:
     def get_attribute(self, attr: int) -> int:
         try:
             return _ATTRIBUTE_VALUES[int(attr)]
-        except KeyError:
+        except (KeyError, ValueError):
             raise LogicError(f"cuDeviceGetAttribute: attribute {attr} is not emulated") from None
 
-    def get_attributes(self) -> dict[int, int]:
+    def get_attributes(self) -> dict[device_attribute, int]:
+        """{device_attribute.NAME: value}; the keys print as their names."""
         return dict(_ATTRIBUTE_VALUES)
 
     def __getattr__(self, name: str):
@@ -265,16 +278,33 @@ class Event:
 
 
 # ---- memory -----------------------------------------------------------------
+def _require_context(call: str) -> None:
+    if config.contexts_required() and Context.get_current() is None:
+        raise LogicError(f"{call} failed: invalid device context - no currently active context? "
+                         "(import pycuda.autoinit, or make one with pycuda.driver.Device(0).make_context())")
+
+
 def mem_alloc(nbytes: int) -> DeviceAllocation:
-    return DeviceAllocation(nbytes)
+    _require_context("cuMemAlloc")
+    nbytes = int(nbytes)
+    free, _ = mem_get_info()
+    if nbytes > free:
+        raise MemoryError(f"cuMemAlloc failed: out of memory ({nbytes} bytes requested, {free} free: the emulator's "
+                          "device memory is the host's)")
+    try:
+        return DeviceAllocation(nbytes)
+    except builtins.MemoryError:
+        raise MemoryError(f"cuMemAlloc failed: out of memory ({nbytes} bytes requested)") from None
 
 
 def mem_alloc_like(ary: np.ndarray) -> DeviceAllocation:
-    return DeviceAllocation(ary.nbytes)
+    return mem_alloc(ary.nbytes)
 
 
 def mem_get_info() -> tuple[int, int]:
-    return TOTAL_MEMORY - bytes_in_use(), TOTAL_MEMORY
+    """(free, total) bytes: the H200's capacity, or the host's memory where that is less."""
+    total = config.total_memory()
+    return max(0, min(total - bytes_in_use(), config.host_memory()[0])), total
 
 
 def _host_bytes(ary, what: str) -> np.ndarray:
@@ -337,7 +367,7 @@ def memset_d32(dest, data: int, count: int) -> None:
 
 def to_device(ary) -> DeviceAllocation:
     data = _host_bytes(ary, "to_device")
-    alloc = DeviceAllocation(data.size)
+    alloc = mem_alloc(data.size)
     alloc.as_array()[:] = data
     return alloc
 
@@ -362,6 +392,21 @@ def pagelocked_zeros(shape, dtype, order: str = "C", mem_flags: int = 0) -> np.n
 
 def pagelocked_empty_like(ary: np.ndarray, mem_flags: int = 0) -> np.ndarray:
     return np.empty_like(ary)
+
+
+class PointerHolderBase:
+    """Subclass it and define get_pointer() to pass your own device memory object to kernels."""
+
+    def get_pointer(self) -> int:
+        raise NotImplementedError("a PointerHolderBase subclass defines get_pointer()")
+
+    def __int__(self) -> int:
+        return int(self.get_pointer())
+
+    __index__ = __int__
+
+    def as_buffer(self, size: int, offset: int = 0) -> memoryview:
+        return memoryview(_checked_view(self.get_pointer() + offset, size, "as_buffer"))
 
 
 class ArgumentHandler:
@@ -438,7 +483,7 @@ def _argument_values(args) -> tuple[list, list]:
     for i, arg in enumerate(args):
         if isinstance(arg, np.number):
             values.append((arg.dtype.char, arg))
-        elif isinstance(arg, DeviceAllocation):
+        elif isinstance(arg, (DeviceAllocation, PointerHolderBase)):
             values.append(("P", int(arg)))
         elif isinstance(arg, ArgumentHandler):
             handlers.append(arg)
@@ -449,6 +494,8 @@ def _argument_values(args) -> tuple[list, list]:
             values.append((f"{arg.itemsize}s", bytes(memoryview(arg))))
         elif hasattr(arg, "gpudata"):
             values.append(("P", int(arg.gpudata)))
+        elif hasattr(arg, "__cuda_array_interface__"):
+            values.append(("P", int(arg.__cuda_array_interface__["data"][0])))
         elif isinstance(arg, int) and find_allocation(arg) is not None:
             values.append(("P", arg))  # a pointer computed as int(alloc) + offset
         else:
@@ -549,6 +596,7 @@ class Function:
 
     @_serialised
     def _launch(self, values, grid, block, shared) -> None:
+        _require_context("cuLaunchKernel")
         grid3, block3 = _dims(grid, "grid"), _dims(block, "block")
         self._check_config(grid3, block3, int(shared))
         params = pack_arguments(self._kernel, values)
@@ -614,8 +662,10 @@ def _prepared_value(char: str, arg) -> tuple[str, object]:
     arg = getattr(arg, "gpudata", arg)
     if isinstance(arg, DeviceAllocation):
         return "P", int(arg)
-    if char in "PlLqQ" and isinstance(arg, int) and find_allocation(arg) is not None:
-        return "P", arg
+    if char in "PlLqQ" and isinstance(arg, (int, np.integer)) and find_allocation(int(arg)) is not None:
+        return "P", int(arg)
+    if char.endswith("s") and not isinstance(arg, bytes):      # a struct (vector type) by value
+        return char, np.asarray(arg).tobytes()
     return char, arg
 
 
@@ -635,6 +685,11 @@ def _buffer_name(start: int, size: int, values, kernel: Kernel) -> str:
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
+    for v in value:
+        if not isinstance(v, (int, np.integer)):
+            raise TypeError(f"No registered converter was able to produce a C++ rvalue of type unsigned int from "
+                            f"this Python object of type {type(v).__name__} ({what} dimensions must be integers, "
+                            f"got {tuple(value)!r})")
     dims = tuple(int(v) for v in value)
     if not 1 <= len(dims) <= 3:
         raise ValueError(f"{what} must have 1 to 3 dimensions, got {value!r}")

@@ -3,8 +3,9 @@ PyCUDA's semantics (its result dtypes, its 0-d GPUArrays from reductions,
 strides kept by to_gpu, views by slicing).
 
 Emulated device memory is host memory, so an operation is numpy working on a
-view of the device bytes (`_view`): the same IEEE arithmetic a kernel would do,
-without compiling one per dtype. What PyCUDA generates as CUDA C from the
+view of the device bytes (`_view`), without compiling a kernel per dtype:
++ - * / are the IEEE operations a kernel does; math functions (cumath) are
+numpy's, within an ulp or so of CUDA's. What PyCUDA generates as CUDA C from the
 user's own C code (ElementwiseKernel, ReductionKernel, the scan kernels) is
 compiled through the emulator (pycuda/elementwise.py, reduction.py, scan.py)."""
 from __future__ import annotations
@@ -14,7 +15,6 @@ import operator
 
 import numpy as np
 
-from .. import memory
 from . import driver as drv
 
 
@@ -419,8 +419,9 @@ def empty_like(other_ary, dtype=None, order="K") -> GPUArray:
     if isinstance(other_ary, GPUArray):
         return other_ary._new_like_me(dtype, order)
     other_ary = np.asarray(other_ary)
-    return GPUArray(other_ary.shape, dtype or other_ary.dtype, strides=None if order != "K" else
-                    _compact_strides(other_ary) if dtype is None else None)
+    if order in ("K", "A"):
+        order = "F" if other_ary.flags.f_contiguous and not other_ary.flags.c_contiguous else "C"
+    return GPUArray(other_ary.shape, dtype or other_ary.dtype, order=order)
 
 
 def zeros_like(other_ary, dtype=None, order="K") -> GPUArray:

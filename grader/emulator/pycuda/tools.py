@@ -151,6 +151,7 @@ class DeviceMemoryPool:
     emulator's allocations are host memory)."""
 
     def __init__(self, allocator=None):
+        cuda._require_context("DeviceMemoryPool")
         self._allocator = allocator or cuda.mem_alloc
         self.active_blocks = 0
         self.held_blocks = 0
@@ -193,7 +194,8 @@ class PageLockedAllocator:
 
 class PageLockedMemoryPool(DeviceMemoryPool):
     def __init__(self, allocator=None):
-        super().__init__(allocator)
+        self._allocator = allocator
+        self.active_blocks = self.held_blocks = 0
 
     def allocate(self, shape, dtype, order="C"):
         self.active_blocks += 1

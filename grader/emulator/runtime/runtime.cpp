@@ -230,7 +230,7 @@ static Fiber* next_ready() {
     return nullptr;
 }
 
-static void yield_to_scheduler() {
+static void switch_to_next_fiber() {
     Fiber* self = cur;
     Fiber* next = next_ready();
     emu_fiber_switch(&self->sp, next ? next->sp : scheduler_sp);
@@ -274,7 +274,7 @@ static void fiber_main() {
     Warp& w = L.warps[f->linear / 32];
     w.alive &= ~(1u << (f->linear % 32));
     release_warp_if_complete(w);
-    yield_to_scheduler();
+    switch_to_next_fiber();
     __builtin_unreachable();
 }
 
@@ -384,7 +384,7 @@ static void arrive_at_barrier(int line, int predicate) {
         L.barrier_mixed = true;
     }
     L.barrier_count += predicate != 0;
-    yield_to_scheduler();
+    switch_to_next_fiber();
 }
 
 extern "C" void __emu_syncthreads(int line) { arrive_at_barrier(line, 0); }
@@ -409,7 +409,7 @@ extern "C" const unsigned char* __emu_warp_exchange(int line, unsigned mask, con
     w.arrived |= 1u << lane;
     w.wanted |= mask;
     release_warp_if_complete(w);
-    if (f->state != kReady) yield_to_scheduler();
+    if (f->state != kReady) switch_to_next_fiber();
     *arrived = f->took_part;
     return &w.slots[f->parity][0][0];
 }
@@ -430,7 +430,7 @@ extern "C" unsigned __emu_activemask(void) {
     w.wanted |= w.alive;
     w.soft = true;
     release_warp_if_complete(w);
-    if (f->state != kReady) yield_to_scheduler();
+    if (f->state != kReady) switch_to_next_fiber();
     return f->took_part;
 }
 

@@ -149,3 +149,22 @@ def test_no_context_no_launch(tmp_path):
         print("ok")
     """)
     assert out.strip().endswith("ok")
+
+
+def test_complex_elementwise_kernel_with_pycudas_header(tmp_path):
+    out = run_script(tmp_path, """
+        import numpy as np
+        import pycuda.autoinit
+        import pycuda.gpuarray as gpuarray
+        from pycuda.elementwise import ElementwiseKernel
+        rng = np.random.default_rng(9)
+        a = (rng.standard_normal(301) + 1j * rng.standard_normal(301)).astype(np.complex64)
+        b = (rng.standard_normal(301) + 1j * rng.standard_normal(301)).astype(np.complex64)
+        mul = ElementwiseKernel("pycuda::complex<float> *x, pycuda::complex<float> *y, pycuda::complex<float> *z",
+                                "z[i] = x[i] * conj(y[i])", "complex_mul", preamble="#include <pycuda-complex.hpp>")
+        c_gpu = gpuarray.to_gpu(np.full(301, np.nan, np.complex64))
+        mul(gpuarray.to_gpu(a), gpuarray.to_gpu(b), c_gpu)
+        assert np.allclose(c_gpu.get(), a * np.conj(b), rtol=1e-5, atol=1e-5)
+        print("ok")
+    """)
+    assert out.strip().endswith("ok")

@@ -28,6 +28,7 @@ from . import config, policy
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 STUB_INCLUDE_DIR = RUNTIME_DIR / "include"
+PYCUDA_INCLUDE_DIR = RUNTIME_DIR / "pycuda-include"   # PyCUDA's own headers, for nvcc and the host compiler alike
 RUNTIME_SOURCES = ("runtime.cpp", "fiber.cpp", "analysis.cpp")
 RUNTIME_HEADERS = ("emu_abi.h", "cuda_emu.h", "fiber.h", "runtime.h", "analysis.h")
 RUNTIME_EXPORTS = "exports.map"          # the symbols kernels and ctypes see; the rest is local
@@ -366,7 +367,7 @@ def parse_ptxas(log: str) -> dict[str, KernelResources]:
 def _nvcc_command(tool: str, options: list[str], include_dirs: list[str]) -> list[str]:
     passthrough = [o for o in options if not re.match(r"^(-arch|--gpu-architecture|-code|--cubin|-o$)", o)]
     return [tool, "--cubin", f"-arch={NVCC_ARCH}", "-Xptxas", "-v", *passthrough,
-            *[f"-I{d}" for d in include_dirs], "-o", "kernel.cubin", SOURCE_NAME]
+            *[f"-I{d}" for d in include_dirs], f"-I{PYCUDA_INCLUDE_DIR}", "-o", "kernel.cubin", SOURCE_NAME]
 
 
 # ---- the build ---------------------------------------------------------------
@@ -399,7 +400,8 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
                   analysis: bool) -> BuiltModule:
     extra_flags = ANALYSIS_FLAGS if analysis else ("-O2",)
     tool = None if analysis else nvcc()
-    key = _digest(source, options, include_dirs, no_extern_c, extra_flags, MODULE_LINK_FLAGS, runtime_library().name,
+    headers = b"".join(p.read_bytes() for p in sorted(PYCUDA_INCLUDE_DIR.iterdir()))
+    key = _digest(source, options, include_dirs, no_extern_c, extra_flags, MODULE_LINK_FLAGS, headers, runtime_library().name,
                   _compiler_id(cxx()), tool and _compiler_id(tool))
     lib = cache_dir() / f"kernel-{key}.so"
     meta = cache_dir() / f"kernel-{key}.json"
@@ -409,7 +411,7 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
 
     with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp:
         flags = ["-std=gnu++17", "-fPIC", "-fstack-clash-protection", "-fno-strict-aliasing", "-U_FORTIFY_SOURCE", *extra_flags,
-                 f"-I{RUNTIME_DIR}", f"-I{STUB_INCLUDE_DIR}", *host_flags(options, include_dirs)]
+                 f"-I{RUNTIME_DIR}", f"-I{STUB_INCLUDE_DIR}", f"-I{PYCUDA_INCLUDE_DIR}", *host_flags(options, include_dirs)]
         nvcc_job = None
         # The student's source as written, for the compilers' excerpts.
         Path(tmp, SOURCE_NAME).write_text(source)

@@ -16,7 +16,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
-    install()
+    install(contexts_like_a_gpu=True)
     sys.argv = argv
     if not analysing:
         runpy.run_path(argv[0], run_name="__main__")

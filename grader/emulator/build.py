@@ -21,7 +21,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from . import config, policy
 
 RUNTIME_DIR = Path(__file__).parent / "runtime"
 STUB_INCLUDE_DIR = RUNTIME_DIR / "include"
+PYCUDA_INCLUDE_DIR = RUNTIME_DIR / "pycuda-include"   # PyCUDA's own headers, for nvcc and the host compiler alike
 RUNTIME_SOURCES = ("runtime.cpp", "fiber.cpp", "analysis.cpp")
 RUNTIME_HEADERS = ("emu_abi.h", "cuda_emu.h", "fiber.h", "runtime.h", "analysis.h")
 RUNTIME_EXPORTS = "exports.map"          # the symbols kernels and ctypes see; the rest is local
@@ -39,6 +39,10 @@ ANALYSIS_FLAGS = ("-O1", "-gdwarf-4", "-fno-tree-sra", "-fsanitize=kernel-addres
 SOURCE_NAME = "kernel.cu"
 NVCC_ARCH = "sm_90"
 BUILD_KEY_MARK = b"GRADER-EMU-BUILD-KEY:"
+# A module's references to its own functions and variables bind inside it:
+# otherwise a kernel or __device__ function named like an exported C library
+# symbol (step, index, sleep, read, ...) would resolve to the library's.
+MODULE_LINK_FLAGS = ("-Wl,-Bsymbolic",)
 
 
 class BuildError(Exception):
@@ -165,11 +169,27 @@ def _private_copy(data: bytes, name: str) -> Path:
     return path
 
 
+class _Started:
+    """A command started in the background (no thread: a build may come from a
+    thread that outlives the main script, when no new thread pool can start)."""
+
+    def __init__(self, cmd: list[str], cwd: str, timeout: float = 300):
+        self.cmd, self.timeout = cmd, timeout
+        self.proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def result(self) -> subprocess.CompletedProcess:
+        try:
+            out, err = self.proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            return subprocess.CompletedProcess(self.cmd, 1, "", f"{self.cmd[0]} did not finish within "
+                                                                 f"{self.timeout:.0f} s\n")
+        return subprocess.CompletedProcess(self.cmd, self.proc.returncode, out, err)
+
+
 def _run(cmd: list[str], cwd: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(cmd, 1, "", f"{cmd[0]} did not finish within {timeout:.0f} s\n")
+    return _Started(cmd, cwd, timeout).result()
 
 
 def runtime_library() -> Path:
@@ -289,8 +309,8 @@ def scan_declarations(preprocessed: str) -> Declarations:
             continue
         rest = text[m.end():]
         stop = re.search(r"[;=({]", rest)
-        if not stop or stop.group(0) in "({":
-            continue
+        if not stop or stop.group(0) in "({" or re.search(r"\boperator\s*$", rest[:stop.start()]):
+            continue            # a function (operator= included), not a variable
         head = re.sub(r"\[[^\]]*\]", "", rest[:stop.start()]).replace("__EMU_VARIABLE__", "").replace("__EMU_DEVICE__", "")
         names = re.findall(r"\b(\w+)\s*$", head)
         if names and names[0] not in variables:
@@ -347,7 +367,7 @@ def parse_ptxas(log: str) -> dict[str, KernelResources]:
 def _nvcc_command(tool: str, options: list[str], include_dirs: list[str]) -> list[str]:
     passthrough = [o for o in options if not re.match(r"^(-arch|--gpu-architecture|-code|--cubin|-o$)", o)]
     return [tool, "--cubin", f"-arch={NVCC_ARCH}", "-Xptxas", "-v", *passthrough,
-            *[f"-I{d}" for d in include_dirs], "-o", "kernel.cubin", SOURCE_NAME]
+            *[f"-I{d}" for d in include_dirs], f"-I{PYCUDA_INCLUDE_DIR}", "-o", "kernel.cubin", SOURCE_NAME]
 
 
 # ---- the build ---------------------------------------------------------------
@@ -380,7 +400,8 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
                   analysis: bool) -> BuiltModule:
     extra_flags = ANALYSIS_FLAGS if analysis else ("-O2",)
     tool = None if analysis else nvcc()
-    key = _digest(source, options, include_dirs, no_extern_c, extra_flags, runtime_library().name,
+    headers = b"".join(p.read_bytes() for p in sorted(PYCUDA_INCLUDE_DIR.iterdir()))
+    key = _digest(source, options, include_dirs, no_extern_c, extra_flags, MODULE_LINK_FLAGS, headers, runtime_library().name,
                   _compiler_id(cxx()), tool and _compiler_id(tool))
     lib = cache_dir() / f"kernel-{key}.so"
     meta = cache_dir() / f"kernel-{key}.json"
@@ -390,29 +411,28 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
 
     with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp:
         flags = ["-std=gnu++17", "-fPIC", "-fstack-clash-protection", "-fno-strict-aliasing", "-U_FORTIFY_SOURCE", *extra_flags,
-                 f"-I{RUNTIME_DIR}", f"-I{STUB_INCLUDE_DIR}", *host_flags(options, include_dirs)]
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            nvcc_job = None
-            # The student's source as written, for the compilers' excerpts.
-            Path(tmp, SOURCE_NAME).write_text(source)
-            if tool:
-                nvcc_dir = Path(tmp, "nvcc")
-                nvcc_dir.mkdir()
-                Path(nvcc_dir, SOURCE_NAME).write_text(
-                    (source if no_extern_c else f'extern "C" {{\n#line 1 "{SOURCE_NAME}"\n{source}\n}}\n'))
-                nvcc_job = pool.submit(_run, _nvcc_command(tool, options, include_dirs), str(nvcc_dir))
-            scan_src = Path(tmp, "scan.cpp")
-            scan_src.write_text(_user_unit(source, no_extern_c, scan=True))
-            scan = _run([cxx(), "-E", "-DEMU_SCAN", *flags, "scan.cpp"], tmp)
-            host = None
-            if scan.returncode == 0:
-                decl = scan_declarations(scan.stdout)
-                Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c, scan=False, analysis=analysis) +
-                                                 registration_code(decl) +
-                                                 _key_definition(key, "__emu_build_key"))
-                cmd = [cxx(), "-shared", *flags, "unit.cpp", "-o", "kernel.so"]
-                host = _run(cmd, tmp)
-            nvcc_proc = nvcc_job.result() if nvcc_job else None
+                 f"-I{RUNTIME_DIR}", f"-I{STUB_INCLUDE_DIR}", f"-I{PYCUDA_INCLUDE_DIR}", *host_flags(options, include_dirs)]
+        nvcc_job = None
+        # The student's source as written, for the compilers' excerpts.
+        Path(tmp, SOURCE_NAME).write_text(source)
+        if tool:
+            nvcc_dir = Path(tmp, "nvcc")
+            nvcc_dir.mkdir()
+            Path(nvcc_dir, SOURCE_NAME).write_text(
+                (source if no_extern_c else f'extern "C" {{\n#line 1 "{SOURCE_NAME}"\n{source}\n}}\n'))
+            nvcc_job = _Started(_nvcc_command(tool, options, include_dirs), str(nvcc_dir))
+        scan_src = Path(tmp, "scan.cpp")
+        scan_src.write_text(_user_unit(source, no_extern_c, scan=True))
+        scan = _run([cxx(), "-E", "-DEMU_SCAN", *flags, "scan.cpp"], tmp)
+        host = None
+        if scan.returncode == 0:
+            decl = scan_declarations(scan.stdout)
+            Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c, scan=False, analysis=analysis) +
+                                             registration_code(decl) +
+                                             _key_definition(key, "__emu_build_key"))
+            cmd = [cxx(), "-shared", *flags, *MODULE_LINK_FLAGS, "unit.cpp", "-o", "kernel.so"]
+            host = _run(cmd, tmp)
+        nvcc_proc = nvcc_job.result() if nvcc_job else None
 
         host_ok = host is not None and host.returncode == 0
         host_log = _clean_log((host or scan).stderr, tmp)

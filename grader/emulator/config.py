@@ -9,7 +9,19 @@ _settings = {
     "seed": int(os.environ.get("GRADER_EMULATOR_THREAD_ORDER_SEED", "0")),
     "stopped": 0,
     "untrusted": os.environ.get("GRADER_EMULATOR_UNTRUSTED", "0") == "1",
+    "contexts": False,
 }
+
+
+def contexts_required() -> bool:
+    """Whether allocations and launches need a current context, as on a GPU
+    (programs run by `python -m grader.emulator`; the grader's own use of the
+    emulator makes none)."""
+    return _settings["contexts"]
+
+
+def require_contexts(on: bool) -> None:
+    _settings["contexts"] = bool(on)
 
 
 def untrusted_sources() -> bool:
@@ -58,6 +70,27 @@ def set_thread_order_seed(seed: int) -> None:
 DEVICE_NAME = "CPU emulator (sm_90, H200 limits)"
 COMPUTE_CAPABILITY = (9, 0)
 TOTAL_MEMORY = 141 * 10**9
+
+
+def host_memory() -> tuple[int, int]:
+    """(available, total) bytes of the host's memory, which is the emulator's device memory."""
+    fields = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                name, value = line.split(":", 1)
+                fields[name] = int(value.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    total = fields.get("MemTotal") or os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return fields.get("MemAvailable", total), total
+
+
+def total_memory() -> int:
+    """The emulated device's memory: the H200's, or the host's where that is less,
+    or GRADER_EMULATOR_DEVICE_MEMORY bytes where that is set and less."""
+    limit = int(os.environ.get("GRADER_EMULATOR_DEVICE_MEMORY", TOTAL_MEMORY))
+    return min(TOTAL_MEMORY, limit, host_memory()[1])
 DEVICE_ATTRIBUTES = {
     "MAX_THREADS_PER_BLOCK": 1024, "MAX_BLOCK_DIM_X": 1024, "MAX_BLOCK_DIM_Y": 1024, "MAX_BLOCK_DIM_Z": 64,
     "MAX_GRID_DIM_X": 2**31 - 1, "MAX_GRID_DIM_Y": 65535, "MAX_GRID_DIM_Z": 65535,
@@ -69,4 +102,9 @@ DEVICE_ATTRIBUTES = {
     "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR": 233472, "MAX_REGISTERS_PER_MULTIPROCESSOR": 65536,
     "MAX_BLOCKS_PER_MULTIPROCESSOR": 32, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 232448,
     "RESERVED_SHARED_MEMORY_PER_BLOCK": 1024,
+    # read on the H200 with PyCUDA's examples/dump_properties.py (results/emulator-compat.md)
+    "GPU_OVERLAP": 1, "CAN_MAP_HOST_MEMORY": 1, "COMPUTE_MODE": 0, "CONCURRENT_KERNELS": 1, "ECC_ENABLED": 1,
+    "ASYNC_ENGINE_COUNT": 3, "GLOBAL_L1_CACHE_SUPPORTED": 1, "CONCURRENT_MANAGED_ACCESS": 1,
+    "COMPUTE_PREEMPTION_SUPPORTED": 1, "CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM": 1,
+    "DIRECT_MANAGED_MEM_ACCESS_FROM_HOST": 0,
 }

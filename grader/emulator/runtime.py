@@ -193,7 +193,7 @@ def _mismatch(char: str, size: int, param: Param) -> str:
     if size != param.size:
         return "; " + {4: "numpy.int32 or numpy.float32", 8: "numpy.int64 or numpy.float64"}.get(
             param.size, f"a {param.size}-byte value") + " would fit"
-    if param.kind == "pointer" and char != "P":
+    if param.kind == "pointer" and char not in "PlLqQnN":      # a 64-bit integer holds a pointer, as on a GPU
         return "; pass a device allocation or a GPUArray"
     if param.kind in ("integer", "float") and char == "P":
         return "; pass a numpy scalar"

@@ -28,8 +28,23 @@ class SourceModule(Module):
 
     def __init__(self, source, nvcc="nvcc", options=None, keep=False, no_extern_c=False, arch=None, code=None,
                  cache_dir=None, include_dirs=None):
+        from .driver import _require_context
+        _require_context("cuModuleLoadDataEx")
         build_args = dict(source=source, options=options, include_dirs=include_dirs, no_extern_c=no_extern_c)
         super().__init__(_load(build_args), lambda: _load(build_args, analysis=True))
         # What nvcc said beyond its resource report (PyCUDA would print it as a warning).
         self.compile_log = "\n".join(line for line in self._loaded.built.nvcc_log.splitlines()
                                      if line.strip() and not _RESOURCE_REPORT.match(line))
+
+
+class DynamicModule:
+    """Linking device code at run time (dynamic parallelism, cuLink) is not emulated."""
+
+    def __init__(self, *args, **kwargs):
+        from .driver import NotSupported
+        raise NotSupported("dynamic parallelism and run-time linking (DynamicModule, DynamicSourceModule) are not "
+                           "supported by the CPU emulator: launch kernels from the host")
+
+
+class DynamicSourceModule(DynamicModule):
+    pass

@@ -2,8 +2,12 @@
 use, running kernels on the CPU. Names and behaviour follow PyCUDA 2026.1."""
 from __future__ import annotations
 
+import builtins
+import enum
+import functools
 import re
 import sys
+import threading
 import time
 
 import numpy as np
@@ -42,6 +46,10 @@ class MemoryError(Error):  # noqa: A001 - PyCUDA's name
     pass
 
 
+class NotSupported(LogicError):
+    """What a GPU offers and the CPU emulator does not (textures, cubins, ...)."""
+
+
 class CompileError(Error):
     def __init__(self, msg, command_line=None, stdout=None, stderr=None):
         super().__init__(msg)
@@ -51,11 +59,31 @@ class CompileError(Error):
         return self.msg
 
 
+# One device, one default stream: launches and copies from several host threads
+# run one after another, as the legacy default stream orders them on a GPU
+# (the runtime's launch state, printf buffer and analysis report are shared).
+_serial = threading.RLock()
+
+
+def _serialised(fn):
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with _serial:
+            return fn(*args, **kwargs)
+    return run
+
 _LAUNCH_KINDS = {LAUNCH_FAILURE: "deadlock", TIMEOUT: "timeout", FAULT: "fault", TRAP: "trap", INVALID: "invalid"}
 
 
 # ---- device -------------------------------------------------------------------
-class device_attribute:  # noqa: N801 - PyCUDA's name
+class _NamedInt(enum.IntEnum):
+    """An enum member that prints as its name, as PyCUDA's (Boost.Python) enums do."""
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class device_attribute(_NamedInt):  # noqa: N801 - PyCUDA's name
     """Attribute ids; the values are the H200's, in grader.emulator.config.DEVICE_ATTRIBUTES."""
     MAX_THREADS_PER_BLOCK = 1
     MAX_BLOCK_DIM_X = 2
@@ -82,15 +110,29 @@ class device_attribute:  # noqa: N801 - PyCUDA's name
     MAX_BLOCKS_PER_MULTIPROCESSOR = 106
     MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
     RESERVED_SHARED_MEMORY_PER_BLOCK = 111
+    GPU_OVERLAP = 15
+    CAN_MAP_HOST_MEMORY = 19
+    COMPUTE_MODE = 20
+    CONCURRENT_KERNELS = 31
+    ECC_ENABLED = 32
+    ASYNC_ENGINE_COUNT = 40
+    GLOBAL_L1_CACHE_SUPPORTED = 79
+    CONCURRENT_MANAGED_ACCESS = 89
+    COMPUTE_PREEMPTION_SUPPORTED = 90
+    CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM = 91
+    DIRECT_MANAGED_MEM_ACCESS_FROM_HOST = 101
 
 
 _DEVICE_VALUES = config.DEVICE_ATTRIBUTES
-_ATTRIBUTE_VALUES = {getattr(device_attribute, k): v for k, v in _DEVICE_VALUES.items()}
-TOTAL_MEMORY = config.TOTAL_MEMORY
+_ATTRIBUTE_VALUES = {device_attribute[k]: v for k, v in _DEVICE_VALUES.items()}
+
+
+_initialized = False
 
 
 def init(flags: int = 0) -> None:
-    pass
+    global _initialized
+    _initialized = True
 
 
 def get_version() -> tuple[int, int, int]:
@@ -118,7 +160,7 @@ class Device:
         return config.COMPUTE_CAPABILITY
 
     def total_memory(self) -> int:
-        return TOTAL_MEMORY
+        return config.total_memory()
 
     def pci_bus_id(self) -> str:
         return "emulator"
@@ -126,10 +168,11 @@ class Device:
     def get_attribute(self, attr: int) -> int:
         try:
             return _ATTRIBUTE_VALUES[int(attr)]
-        except KeyError:
+        except (KeyError, ValueError):
             raise LogicError(f"cuDeviceGetAttribute: attribute {attr} is not emulated") from None
 
-    def get_attributes(self) -> dict[int, int]:
+    def get_attributes(self) -> dict[device_attribute, int]:
+        """{device_attribute.NAME: value}; the keys print as their names."""
         return dict(_ATTRIBUTE_VALUES)
 
     def __getattr__(self, name: str):
@@ -250,16 +293,44 @@ class Event:
 
 
 # ---- memory -----------------------------------------------------------------
+_LARGE = 1 << 26     # bytes; an allocation this large is checked against the host's free memory first
+
+
+def _require_context(call: str) -> None:
+    """PyCUDA's errors for a call before init() or without a current context
+    (when the program runs under python -m grader.emulator)."""
+    if not config.contexts_required():
+        return
+    if not _initialized:
+        raise LogicError(f"{call} failed: initialization error (pycuda.driver.init() was never called: import "
+                         "pycuda.autoinit, or call init() and make a context)")
+    if Context.get_current() is None:
+        raise LogicError("explicit_context_dependent failed: invalid device context - no currently active context? "
+                         f"(in {call}: import pycuda.autoinit, or make one with pycuda.driver.Device(0).make_context())")
+
+
 def mem_alloc(nbytes: int) -> DeviceAllocation:
-    return DeviceAllocation(nbytes)
+    _require_context("cuMemAlloc")
+    nbytes = int(nbytes)
+    free = mem_get_info()[0] if nbytes >= _LARGE else nbytes    # small ones: numpy says when the host is full
+    if nbytes > free:
+        raise MemoryError(f"cuMemAlloc failed: out of memory ({nbytes} bytes requested, {free} free: the emulator's "
+                          "device memory is the host's)")
+    try:
+        return DeviceAllocation(nbytes)
+    except builtins.MemoryError:
+        raise MemoryError(f"cuMemAlloc failed: out of memory ({nbytes} bytes requested)") from None
 
 
 def mem_alloc_like(ary: np.ndarray) -> DeviceAllocation:
-    return DeviceAllocation(ary.nbytes)
+    return mem_alloc(ary.nbytes)
 
 
 def mem_get_info() -> tuple[int, int]:
-    return TOTAL_MEMORY - bytes_in_use(), TOTAL_MEMORY
+    """(free, total) bytes: the H200's capacity, or the host's memory where that is less."""
+    _require_context("cuMemGetInfo")
+    total = config.total_memory()
+    return max(0, min(total - bytes_in_use(), config.host_memory()[0])), total
 
 
 def _host_bytes(ary, what: str) -> np.ndarray:
@@ -269,11 +340,13 @@ def _host_bytes(ary, what: str) -> np.ndarray:
     return ary.reshape(-1).view(np.uint8)
 
 
+@_serialised
 def memcpy_htod(dest, src, stream: Stream | None = None) -> None:
     data = _host_bytes(src, "memcpy_htod")
     _checked_view(dest, data.size, "memcpy_htod")[:] = data
 
 
+@_serialised
 def memcpy_dtoh(dest, src, stream: Stream | None = None) -> None:
     if not isinstance(dest, np.ndarray) or not dest.flags.c_contiguous:
         raise LogicError("memcpy_dtoh: the destination must be a contiguous numpy array")
@@ -285,6 +358,7 @@ memcpy_htod_async = memcpy_htod
 memcpy_dtoh_async = memcpy_dtoh
 
 
+@_serialised
 def memcpy_dtod(dest, src, size: int, stream: Stream | None = None) -> None:
     _checked_view(dest, size, "memcpy_dtod")[:] = _checked_view(src, size, "memcpy_dtod").copy()
 
@@ -299,6 +373,7 @@ def _checked_view(ptr, nbytes: int, what: str) -> np.ndarray:
         raise LogicError(f"{e} (cuMemcpy: invalid argument)") from None
 
 
+@_serialised
 def _memset(dest, value: int, count: int, dtype) -> None:
     itemsize = np.dtype(dtype).itemsize
     _checked_view(dest, count * itemsize, "memset").view(dtype)[:] = value
@@ -318,7 +393,7 @@ def memset_d32(dest, data: int, count: int) -> None:
 
 def to_device(ary) -> DeviceAllocation:
     data = _host_bytes(ary, "to_device")
-    alloc = DeviceAllocation(data.size)
+    alloc = mem_alloc(data.size)
     alloc.as_array()[:] = data
     return alloc
 
@@ -343,6 +418,21 @@ def pagelocked_zeros(shape, dtype, order: str = "C", mem_flags: int = 0) -> np.n
 
 def pagelocked_empty_like(ary: np.ndarray, mem_flags: int = 0) -> np.ndarray:
     return np.empty_like(ary)
+
+
+class PointerHolderBase:
+    """Subclass it and define get_pointer() to pass your own device memory object to kernels."""
+
+    def get_pointer(self) -> int:
+        raise NotImplementedError("a PointerHolderBase subclass defines get_pointer()")
+
+    def __int__(self) -> int:
+        return int(self.get_pointer())
+
+    __index__ = __int__
+
+    def as_buffer(self, size: int, offset: int = 0) -> memoryview:
+        return memoryview(_checked_view(self.get_pointer() + offset, size, "as_buffer"))
 
 
 class ArgumentHandler:
@@ -419,7 +509,7 @@ def _argument_values(args) -> tuple[list, list]:
     for i, arg in enumerate(args):
         if isinstance(arg, np.number):
             values.append((arg.dtype.char, arg))
-        elif isinstance(arg, DeviceAllocation):
+        elif isinstance(arg, (DeviceAllocation, PointerHolderBase)):
             values.append(("P", int(arg)))
         elif isinstance(arg, ArgumentHandler):
             handlers.append(arg)
@@ -430,6 +520,8 @@ def _argument_values(args) -> tuple[list, list]:
             values.append((f"{arg.itemsize}s", bytes(memoryview(arg))))
         elif hasattr(arg, "gpudata"):
             values.append(("P", int(arg.gpudata)))
+        elif hasattr(arg, "__cuda_array_interface__"):
+            values.append(("P", int(arg.__cuda_array_interface__["data"][0])))
         elif isinstance(arg, int) and find_allocation(arg) is not None:
             values.append(("P", arg))  # a pointer computed as int(alloc) + offset
         else:
@@ -528,7 +620,9 @@ class Function:
     def prepared_async_call(self, grid, block, stream, *args, shared_size=0) -> None:
         self.prepared_call(grid, block, *args, shared_size=shared_size)
 
+    @_serialised
     def _launch(self, values, grid, block, shared) -> None:
+        _require_context("cuLaunchKernel")
         grid3, block3 = _dims(grid, "grid"), _dims(block, "block")
         self._check_config(grid3, block3, int(shared))
         params = pack_arguments(self._kernel, values)
@@ -594,8 +688,10 @@ def _prepared_value(char: str, arg) -> tuple[str, object]:
     arg = getattr(arg, "gpudata", arg)
     if isinstance(arg, DeviceAllocation):
         return "P", int(arg)
-    if char in "PlLqQ" and isinstance(arg, int) and find_allocation(arg) is not None:
-        return "P", arg
+    if char in "PlLqQ" and isinstance(arg, (int, np.integer)) and find_allocation(int(arg)) is not None:
+        return "P", int(arg)
+    if char.endswith("s") and not isinstance(arg, bytes):      # a struct (vector type) by value
+        return char, np.asarray(arg).tobytes()
     return char, arg
 
 
@@ -615,6 +711,11 @@ def _buffer_name(start: int, size: int, values, kernel: Kernel) -> str:
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:
+    for v in value:
+        if not isinstance(v, (int, np.integer)):
+            raise TypeError(f"No registered converter was able to produce a C++ rvalue of type unsigned int from "
+                            f"this Python object of type {type(v).__name__} ({what} dimensions must be integers, "
+                            f"got {tuple(value)!r})")
     dims = tuple(int(v) for v in value)
     if not 1 <= len(dims) <= 3:
         raise ValueError(f"{what} must have 1 to 3 dimensions, got {value!r}")

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>      // before the clock() macro below, for headers that include it later (<complex>)
 #include <limits>
 #include <math.h>
 #include <new>

@@ -8,7 +8,7 @@
 #define EMU_TYPE(name)
 #else
 #define EMU_SYM(name) #name
-#define EMU_TYPE(name) ".type " #name ", @function\n"
+#define EMU_TYPE(name) ".type " #name ", @function\n.hidden " #name "\n"  // called directly, not through the PLT
 #endif
 
 #if defined(__x86_64__)

@@ -42,7 +42,6 @@ struct Fiber {
     int state;
     int line;          // where it waits
     int parity;        // which slot page its last warp exchange used
-    int predicate;     // for __syncthreads_count/and/or
     unsigned took_part;  // lanes of its last warp exchange
 };
 
@@ -64,6 +63,9 @@ struct LaunchState {
     std::vector<unsigned> order;
     std::vector<unsigned char> dynamic_shared;
     int nthreads, ndone, nbarrier;
+    int barrier_line, barrier_count;  // of the threads waiting at a barrier: the first one's line, true predicates
+    bool barrier_mixed;               // some wait at another line
+    int pos;           // the scheduler's place in `order` during a pass
     int barrier_result, barrier_all, barrier_any;
     unsigned long long seed;
 };
@@ -78,13 +80,19 @@ static const size_t kOutputLimit = 1 << 20;  // like the GPU's printf FIFO
 static char* stacks;
 static size_t stack_size, stack_stride, stack_count;
 static size_t page_size() { return (size_t)sysconf(_SC_PAGESIZE); }
+// Stacks a power-of-two stride apart would put every fiber's top frames (what
+// each switch saves and reloads) in the same few cache sets, which thrashes the
+// caches with a large block; fiber i's stack top moves down by a colour of its
+// own, within an extra kColourSpan above each stack.
+static const size_t kColourSpan = 64 * 1024, kColourStep = 64 * 9;
+static size_t stack_colour(size_t i) { return (i * kColourStep) % kColourSpan; }
 
 static bool ensure_stacks(size_t n) {
     if (n <= stack_count) return true;
     if (stacks) munmap(stacks, stack_stride * stack_count);
     const char* env = getenv("GRADER_EMULATOR_STACK_KB");
     stack_size = (env ? strtoul(env, nullptr, 10) : 256) * 1024;
-    stack_stride = stack_size + page_size();  // one guard page below each stack
+    stack_stride = stack_size + kColourSpan + page_size();  // one guard page below each stack
     void* p = mmap(nullptr, stack_stride * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) { stacks = nullptr; stack_count = 0; return false; }
     stacks = static_cast<char*>(p);
@@ -101,6 +109,8 @@ static bool in_guard_page(const void* addr) {
 // ---- errors ----------------------------------------------------------------
 static sigjmp_buf launch_jmp;
 static volatile sig_atomic_t in_launch, timed_out, fault_signal;
+static pthread_t launch_thread;      // a fault on another thread is not the kernel's
+static std::mutex launch_mutex;      // one launch at a time: the state above is the process's
 static void* volatile fault_address;
 
 static std::string where() {
@@ -116,14 +126,14 @@ static std::string where() {
 }
 
 static void on_fault(int sig, siginfo_t* info, void*) {
-    if (!in_launch) { signal(sig, SIG_DFL); raise(sig); return; }
+    if (!in_launch || !pthread_equal(pthread_self(), launch_thread)) { signal(sig, SIG_DFL); raise(sig); return; }
     fault_signal = sig;
     fault_address = info->si_addr;
     siglongjmp(launch_jmp, kFault);
 }
 
 static void on_timeout_signal(int, siginfo_t*, void*) {
-    if (in_launch && timed_out) siglongjmp(launch_jmp, kTimeout);
+    if (in_launch && timed_out && pthread_equal(pthread_self(), launch_thread)) siglongjmp(launch_jmp, kTimeout);
 }
 
 #if defined(SIGRTMIN)
@@ -200,7 +210,31 @@ struct SignalGuard {
 constexpr int SignalGuard::kSignals[4];
 
 // ---- scheduling -------------------------------------------------------------
-static void yield_to_scheduler() { emu_fiber_switch(&cur->sp, scheduler_sp); }
+// A pass runs every ready fiber once, in `order`. A fiber that blocks switches
+// straight to the next ready one (one switch per thread, not two through the
+// scheduler); the last of the pass switches back to the scheduler.
+static Fiber* next_ready() {
+    while (++L.pos < L.nthreads) {
+        Fiber& f = L.fibers[L.order[L.pos]];
+        if (f.state != kReady) continue;
+        cur = &f;
+        threadIdx = f.tid;
+        if (L.pos + 1 < L.nthreads) {  // the next fiber's saved frame, from L2 while this one runs
+            const char* sp = static_cast<const char*>(L.fibers[L.order[L.pos + 1]].sp);
+            __builtin_prefetch(sp);
+            __builtin_prefetch(sp + 64);
+            __builtin_prefetch(sp + 128);
+        }
+        return &f;
+    }
+    return nullptr;
+}
+
+static void switch_to_next_fiber() {
+    Fiber* self = cur;
+    Fiber* next = next_ready();
+    emu_fiber_switch(&self->sp, next ? next->sp : scheduler_sp);
+}
 
 static void release_warp_if_complete(Warp& w) {
     unsigned needed = w.wanted & w.alive;
@@ -240,7 +274,7 @@ static void fiber_main() {
     Warp& w = L.warps[f->linear / 32];
     w.alive &= ~(1u << (f->linear % 32));
     release_warp_if_complete(w);
-    emu_fiber_switch(&f->sp, scheduler_sp);
+    switch_to_next_fiber();
     __builtin_unreachable();
 }
 
@@ -266,22 +300,15 @@ static void resolve_barrier() {
     if (L.nbarrier != alive) {
         fail(kLaunchFailure, std::string(head) + "deadlock: no thread can go on" + describe_waits());
     }
-    int line = -1;
-    for (auto& f : L.fibers) {
-        if (f.state != kAtBarrier) continue;
-        if (line >= 0 && f.line != line)
-            fail(kLaunchFailure, std::string(head) + "divergent barrier: threads wait at different __syncthreads()" + describe_waits());
-        line = f.line;
-    }
+    if (L.barrier_mixed)
+        fail(kLaunchFailure, std::string(head) + "divergent barrier: threads wait at different __syncthreads()" + describe_waits());
     if (L.ndone)
-        fail(kLaunchFailure, std::string(head) + "divergent barrier: __syncthreads() on line " + std::to_string(line) +
+        fail(kLaunchFailure, std::string(head) + "divergent barrier: __syncthreads() on line " + std::to_string(L.barrier_line) +
                                  " is not reached by every thread of the block" + describe_waits() +
                                  " (a barrier inside a branch or after an early return)");
-    int count = 0, all = 1, any = 0;
-    for (auto& f : L.fibers) { count += f.predicate != 0; all &= f.predicate != 0; any |= f.predicate != 0; }
-    L.barrier_result = count;
-    L.barrier_all = all;
-    L.barrier_any = any;
+    L.barrier_result = L.barrier_count;
+    L.barrier_all = L.barrier_count == alive;
+    L.barrier_any = L.barrier_count > 0;
     for (auto& f : L.fibers) f.state = kReady;
     L.nbarrier = 0;
     if (analysis::enabled()) analysis::barrier_released();
@@ -300,9 +327,8 @@ static void run_block(uint3 bid) {
     if (!L.dynamic_shared.empty()) memset(L.dynamic_shared.data(), 0xff, L.dynamic_shared.size());
     for (int i = 0; i < n; i++) {
         Fiber& f = L.fibers[i];
-        f.sp = fiber_init(stacks + i * stack_stride + page_size(), stack_size, fiber_main);
+        f.sp = fiber_init(stacks + i * stack_stride + page_size(), stack_size + kColourSpan - stack_colour(i), fiber_main);
         f.state = kReady;
-        f.predicate = 0;
     }
     for (size_t w = 0; w < L.warps.size(); w++) {
         int lanes = std::min(32, n - int(w) * 32);
@@ -316,17 +342,11 @@ static void run_block(uint3 bid) {
     L.ndone = L.nbarrier = 0;
     if (analysis::enabled()) analysis::begin_block(bid);
     for (;;) {
-        bool ran = false;
-        for (int i = 0; i < n; i++) {
-            Fiber& f = L.fibers[L.order[i]];
-            if (f.state != kReady) continue;
-            cur = &f;
-            threadIdx = f.tid;
-            ran = true;
-            emu_fiber_switch(&scheduler_sp, f.sp);
-        }
+        L.pos = -1;
+        Fiber* first = next_ready();
+        if (first) emu_fiber_switch(&scheduler_sp, first->sp);
         if (timed_out) siglongjmp(launch_jmp, kTimeout);
-        if (ran) continue;
+        if (first) continue;
         if (L.ndone == n) break;
         if (!release_soft_rendezvous()) resolve_barrier();
     }
@@ -352,20 +372,25 @@ void fail_with_finding() { siglongjmp(launch_jmp, kFault); }
 using namespace emu;
 
 // ---- device-side services ---------------------------------------------------
-extern "C" void __emu_syncthreads(int line) {
-    cur->state = kAtBarrier;
-    cur->line = line;
-    cur->predicate = 0;
-    L.nbarrier++;
-    yield_to_scheduler();
+static void arrive_at_barrier(int line, int predicate) {
+    Fiber* f = cur;
+    f->state = kAtBarrier;
+    f->line = line;
+    if (L.nbarrier++ == 0) {
+        L.barrier_line = line;
+        L.barrier_mixed = false;
+        L.barrier_count = 0;
+    } else if (line != L.barrier_line) {
+        L.barrier_mixed = true;
+    }
+    L.barrier_count += predicate != 0;
+    switch_to_next_fiber();
 }
 
+extern "C" void __emu_syncthreads(int line) { arrive_at_barrier(line, 0); }
+
 extern "C" int __emu_syncthreads_reduce(int line, int predicate, int op) {
-    cur->state = kAtBarrier;
-    cur->line = line;
-    cur->predicate = predicate;
-    L.nbarrier++;
-    yield_to_scheduler();
+    arrive_at_barrier(line, predicate);
     return op == 0 ? L.barrier_result : op == 1 ? L.barrier_all : L.barrier_any;
 }
 
@@ -384,7 +409,7 @@ extern "C" const unsigned char* __emu_warp_exchange(int line, unsigned mask, con
     w.arrived |= 1u << lane;
     w.wanted |= mask;
     release_warp_if_complete(w);
-    if (f->state != kReady) yield_to_scheduler();
+    if (f->state != kReady) switch_to_next_fiber();
     *arrived = f->took_part;
     return &w.slots[f->parity][0][0];
 }
@@ -405,7 +430,7 @@ extern "C" unsigned __emu_activemask(void) {
     w.wanted |= w.alive;
     w.soft = true;
     release_warp_if_complete(w);
-    if (f->state != kReady) yield_to_scheduler();
+    if (f->state != kReady) switch_to_next_fiber();
     return f->took_part;
 }
 
@@ -462,6 +487,8 @@ extern "C" int emu_launch(const ModuleInfo* mod, int kernel, const unsigned char
                           const unsigned* grid, const unsigned* block, size_t dynamic_shared, double timeout_s,
                           unsigned long long seed, const uintptr_t* buffers, size_t nbuffers) {
     static Watchdog& watchdog = *new Watchdog;  // never destroyed: its thread outlives exit handlers
+    std::lock_guard<std::mutex> serial(launch_mutex);
+    launch_thread = pthread_self();
     const KernelEntry& k = mod->kernels[kernel];
     int n = int(block[0] * block[1] * block[2]);
     if (!ensure_stacks(size_t(n))) { error_text = "cannot allocate fiber stacks"; return kInvalid; }

@@ -54,4 +54,5 @@ c.GenerateFeedback.preprocessors = [
 # included, run in GradeFromSource), so a cell only runs the student's own code: a cell that hangs costs
 # this much and its output, never its grade.
 c.Execute.timeout = 30
+c.Execute.raise_on_iopub_timeout = False   # a busy cell runs to its time limit, then the next one
 c.Execute.kernel_name = "python3"

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import nbformat
 from jupyter_client import AsyncKernelManager
-from nbclient.exceptions import DeadKernelError
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.preprocessors import ClearSolutions, Execute, NbGraderPreprocessor
 from traitlets import Unicode
 
@@ -135,7 +135,9 @@ def _course_paths(config) -> tuple[list[Path], list[Path]]:
     folders = [isolation.ROOT / "solutions", isolation.ROOT / "labs", course / source]
     folders += [course / d for d in ("submitted", "autograded", "feedback", "release", "solutions")]
     files = [course / "gradebook.db"]
-    return [f for f in dict.fromkeys(folders) if f.is_dir()], [f for f in files if f.is_file()]
+    # Resolved: bubblewrap mounts over real folders, not over symbolic links to them.
+    return ([f for f in dict.fromkeys(f.resolve() for f in folders) if f.is_dir()],
+            [f.resolve() for f in files if f.is_file()])
 
 
 def kernel_sandbox(cmd: list[str], cwd: str, private: str, config) -> list[str]:
@@ -159,9 +161,8 @@ def kernel_sandbox(cmd: list[str], cwd: str, private: str, config) -> list[str]:
 def kernel_limits() -> list[str]:
     """A prefix that caps the kernel's data memory (a cell's `"x" * 10**12` fails
     at once with MemoryError instead of paging for the cell's whole time limit).
-    Not on a GPU machine: the CUDA driver maps more memory than it uses."""
-    if os.path.exists("/dev/nvidiactl"):
-        return []
+    RLIMIT_DATA, not RLIMIT_AS: the CUDA driver reserves far more address space
+    than it uses (checked with PyCUDA on the H200)."""
     try:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
@@ -199,7 +200,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 
 class SandboxedExecute(Execute):
     """nbgrader's Execute in a SandboxedKernelManager kernel. A kernel that
-    dies (a cell calling os._exit, a crash) stops the run there; the cells
+    dies (a cell calling os._exit, a crash) or stops answering stops the run there; the cells
     before it keep their outputs and the autograde goes on (GradeFromSource
     grades every test cell from the text anyway)."""
 
@@ -210,8 +211,8 @@ class SandboxedExecute(Execute):
     def preprocess(self, nb, resources=None, km=None):
         try:
             return super().preprocess(nb, resources, km)
-        except DeadKernelError as e:
-            self.log.warning("the notebook's kernel died during execution: %s", e)
+        except (DeadKernelError, CellTimeoutError) as e:
+            self.log.warning("the notebook's run stopped early: %s", str(e).splitlines()[0] if str(e) else e)
             return nb, resources
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):

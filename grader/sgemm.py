@@ -86,15 +86,15 @@ def never_written(values: np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=np.float32).view(np.uint32) == POISON_BITS
 
 
-def nan_hint(value, name: str = "C") -> str:
-    """What a NaN found in an output means, said only when it is sure."""
+def nan_hint(value, name: str = "C", inputs: str = "A or B") -> str:
+    """What a NaN found in output `name` means, said only when it is sure."""
     value = np.float32(value)
     if not np.isnan(value):
         return ""
     if value.view(np.uint32) == POISON_BITS:
         return f" (never written: {name} was poisoned with NaN before the launch)"
     return (" (a NaN the kernel computed: from an uninitialised value, such as shared memory read before it is "
-            "written, or from a read outside A or B)")
+            f"written, or from a read outside {inputs})")
 
 
 def random_inputs(M: int, N: int, K: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

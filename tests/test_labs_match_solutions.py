@@ -160,4 +160,7 @@ def test_nbgrader_config_loads():
     assert "grader.nbgrader_ext.ClearCudaSolutions" in c.GenerateAssignment.preprocessors
     assert "nbgrader.preprocessors.ClearSolutions" not in c.GenerateAssignment.preprocessors
     assert "nbgrader.preprocessors.ClearHiddenTests" in c.GenerateFeedback.preprocessors
-    assert c.Execute.kernel_name == "python3" and c.Execute.timeout >= 300
+    assert c.Execute.kernel_name == "python3" and 10 <= c.Execute.timeout <= 120   # the notebook only runs
+    steps = c.Autograde.autograde_preprocessors
+    assert steps[0] == "grader.nbgrader_ext.SandboxedExecute"
+    assert steps.index("grader.nbgrader_ext.GradeFromSource") < steps.index("nbgrader.preprocessors.SaveAutoGrades")

@@ -366,6 +366,38 @@ def test_scores(course, key):
                                         f"{_cell_scores(course_dir, assignment, student)}")
 
 
+# Lab 2, every submission, cell by cell (without a GPU: performance scores 0): questions (3 cells of 1),
+# correctness 4, races 2. What each one's real work deserves, whatever its cells did to the notebook's Python.
+Q, K = ("q-reduction-test", "q-smem-test", "q-tiled-intensity-test"), ("smem-tiling-correctness", "smem-tiling-races")
+
+
+def _cells(questions: float, correctness: float, races: float | None) -> dict:
+    cells = {**dict.fromkeys(Q, questions), K[0]: correctness, "smem-tiling-performance": 0.0}
+    return cells if races is None else {**cells, K[1]: races}
+
+
+LAB2_CELLS = {
+    "ref": _cells(1, 4, 2), "blank": _cells(0, 0, 0), "nobounds": _cells(1, 0, 0), "nosync": _cells(1, 0, 0),
+    "swapped": _cells(1, 0, 2), "stderr": _cells(1, 4, 2), "tamper": _cells(0, 4, 2), "hang": _cells(1, 0, 0),
+    "poison": _cells(0, 0, 0), "blank-after-poison": _cells(0, 0, 0), "oob-write": _cells(1, 0, 0),
+    "exit": _cells(1, 4, 2), "deleted-tests": _cells(1, 4, None), "reads-solutions": _cells(0, 0, 0),
+    "patches-numpy": _cells(0, 0, 0), "patches-grader": _cells(0, 0, 0), "hides-results": _cells(0, 0, 0),
+    "poisons-env": _cells(0, 0, 0), "forges": _cells(0, 0, 0), "string-built": _cells(1, 4, 2),
+    "memory-bomb": _cells(1, 4, 2)}
+
+
+def test_every_submission_of_the_hostile_class_cell_by_cell(course):
+    assert set(LAB2_CELLS) == set(SUBMISSIONS[LAB2])
+    for student, want in LAB2_CELLS.items():
+        got = _cell_scores(course[0], LAB2, student)
+        if ON_GPU:
+            got.pop("smem-tiling-performance")
+            want = {k: v for k, v in want.items() if k != "smem-tiling-performance"}
+        if student == "deleted-tests":
+            assert got.pop(K[1], 0) == 0, got            # nbgrader: a missing test cell scores 0
+        assert got == want, (student, got)
+
+
 def test_which_cells_lose_points(course):
     course_dir, _, _ = course
     cells = _cell_scores(course_dir, LAB2, "nosync")
@@ -413,10 +445,11 @@ def test_coalescing_names_the_uncoalesced_lines(course):
     assert "1024 B moved for 128 B used" in text, text
     text = _cell_text(course_dir, LAB1, "ref", "coalesced-coalescing")
     assert "load from B: 4 sectors per warp request" in text and "uncoalesced" not in text, text
-    # The figure of both kernels at their intensity estimated on the emulator (from the same counts).
+    # The figure cell: at autograde time no check runs inside the notebook, and it says so (no error).
     nb = nbformat.read(str(course_dir / "autograded" / "ref" / LAB1 / f"{NB1}.ipynb"), as_version=4)
     cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "roofline-estimated")
-    assert [o.output_type for o in cell.outputs if o.output_type in ("error", "stream")] == [], cell.outputs
+    assert not [o for o in cell.outputs if o.output_type == "error" or o.get("name") == "stderr"], cell.outputs
+    assert "at autograde time the checks run outside this notebook" in "".join(o.get("text", "") for o in cell.outputs)
     assert any("image/png" in o.get("data", {}) for o in cell.outputs), cell.outputs
 
 

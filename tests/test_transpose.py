@@ -77,7 +77,7 @@ def test_races_fails_a_missing_syncthreads():
     r = checks.run_correctness(NOSYNC, 1)
     assert r.status == FAILED, r.text()
     if ON_EMULATOR:           # threads run one after another there: the tile is read before it is written
-        assert "never written" in r.message, r.text()
+        assert "shared memory read before it is written" in r.message and "never written" not in r.message, r.text()
 
 
 def test_bank_conflicts_fails_a_32x32_tile_with_line_and_ways():

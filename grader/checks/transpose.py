@@ -52,7 +52,7 @@ def _compare(out: np.ndarray, x: np.ndarray) -> str | None:
     r, c = (int(v) for v in np.argwhere(bad)[0])
     got = out[r, c]
     return (f"{int(bad.sum())} of {out.size} elements of out wrong; first out[{r}][{c}]: expected in[{c}][{r}] = "
-            f"{want[r, c]:.6g}, got {got:.6g}" + nan_hint(got, "out"))
+            f"{want[r, c]:.6g}, got {got:.6g}" + nan_hint(got, "out", "in"))
 
 
 def _guarded(function, x: np.ndarray) -> tuple[np.ndarray, list[str]]:

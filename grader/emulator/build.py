@@ -390,10 +390,22 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
     built = _build_module(source, options, include_dirs, no_extern_c, analysis)
     if untrusted:
         try:
-            policy.check_library(built.library)
+            policy.check_library(built.library, _baseline_imports(no_extern_c, analysis))
         except policy.Refused as e:
             raise BuildError("the grader refuses this source", str(e)) from None
     return built
+
+
+_baselines: dict = {}
+
+
+def _baseline_imports(no_extern_c: bool, analysis: bool) -> frozenset:
+    """What a trusted kernel's build imports on this toolchain (grader.emulator.policy.BASELINE_SOURCE)."""
+    key = (no_extern_c, analysis)
+    if key not in _baselines:
+        built = _build_module(policy.BASELINE_SOURCE, [], [], no_extern_c, analysis)
+        _baselines[key] = frozenset(policy.imported_symbols(built.library))
+    return _baselines[key]
 
 
 def _build_module(source: str, options: list[str], include_dirs: list[str], no_extern_c: bool,

@@ -103,9 +103,10 @@ def answer_stub(body: list[str]) -> list[str] | None:
 
 
 class HideTestErrors(NbGraderPreprocessor):
-    """(An NbGraderPreprocessor: enabled by default, where nbconvert's are not.) Feedback: a graded test cell that raised shows the student a sentence,
+    """Feedback: a graded test cell that raised shows the student a sentence,
     never the traceback (IPython prints the failing lines of the hidden test,
-    expected values included) nor anything the test wrote to stderr."""
+    expected values included) nor anything the test wrote to stderr. (An
+    NbGraderPreprocessor, as GradeFromSource: nbconvert's are disabled by default.)"""
 
     message = Unicode("this test failed with {ename}; the test's source and its expected values are hidden "
                       "(your score for this cell is above)").tag(config=True)
@@ -181,7 +182,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         tool, why = isolation.bubblewrap()
         if not tool:
             self.log.warning("autograde kernel not sandboxed: %s", why)
-            return cmd, kw
+            return kernel_limits() + cmd, kw
         private = tempfile.mkdtemp(prefix="grader-kernel-")
         self._private = private
         env = dict(kw.get("env") or os.environ)

@@ -36,7 +36,6 @@ import os
 import queue
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -343,7 +342,7 @@ def autograde_class(args: argparse.Namespace) -> int:
         except MissingEntry:
             raise ValueError(f"assignment {args.assignment!r} is not in the gradebook: run "
                              f"`nbgrader generate_assignment {args.assignment}` first") from None
-        where = (f"a Slurm array" if args.slurm else
+        where = ("a Slurm array" if args.slurm else
                  ", ".join(s.name for s in workers) if workers[0].gpu else f"{len(workers)} CPU worker(s)")
         print(f"{args.assignment}: {len(jobs)} submission(s), {len(todo)} to grade, on {where}", flush=True)
         run = Run(course, args.assignment, cd, gb, ledger, len(todo))

@@ -32,6 +32,7 @@ from typing import Callable
 
 from .checks import (alignment, autotune_search, bank_conflicts, bank_conflicts_configs, coalescing, compiles,
                      correctness, minimums, occupancy_function, performance, pycuda_host, races, sssp, transpose)
+from .checks.common import split_run
 from .report import CheckResult
 from .stages import STAGES, Stage
 
@@ -98,9 +99,10 @@ def _stage_check(st: Stage, name: str, module, hint: str) -> Check:
     return Check(name, partial(module.run, st), SGEMM_TIMEOUTS.get(name, 240), hint, **split)
 
 
-def _kernel_check(name: str, run) -> Check:
-    return Check(name, run, KERNEL_TIMEOUT, "an endless loop? a __syncthreads() some threads never reach? "
-                 "a relaxation that never stops changing?")
+def _kernel_check(name: str, collect, judge) -> Check:
+    """A check of a kernel exercise: collect(source, seed) in the grading process, judge(meta, arrays, gpu) here."""
+    return Check(name, split_run(collect, judge), KERNEL_TIMEOUT, "an endless loop? a __syncthreads() some threads "
+                 "never reach? a relaxation that never stops changing?", collect=collect, judge=judge)
 
 
 def _function_check(name: str, run, timeout: float = FUNCTION_TIMEOUT) -> Check:
@@ -110,20 +112,22 @@ def _function_check(name: str, run, timeout: float = FUNCTION_TIMEOUT) -> Check:
 EXERCISES: dict[str, Exercise] = {st.id: _stage_exercise(st) for st in STAGES}
 EXERCISES.update({e.id: e for e in (
     Exercise("top2", "the two minimums of an array (top-2 reduction)",
-             (_kernel_check("top2-exact", minimums.run_top2),
-              _kernel_check("top2-races", minimums.run_top2_races))),
+             (_kernel_check("top2-exact", minimums.collect_top2, minimums.judge_top2),
+              _kernel_check("top2-races", minimums.collect_top2_races, minimums.judge_top2_races))),
     Exercise("sgemm-top2", "SGEMM with the top-2 reduction fused into its epilogue",
-             (_kernel_check("sgemm-top2-exact", minimums.run_fused),
-              _kernel_check("sgemm-top2-races", minimums.run_fused_races))),
+             (_kernel_check("sgemm-top2-exact", minimums.collect_fused, minimums.judge_fused),
+              _kernel_check("sgemm-top2-races", minimums.collect_fused_races,
+                            minimums.judge_fused_races))),
     Exercise("sssp", "shortest paths on the grid graph of C",
-             (_kernel_check("sssp-distances", sssp.run_distances),
-              _kernel_check("sssp-path", sssp.run_path))),
+             (_kernel_check("sssp-distances", sssp.collect_distances, sssp.judge_distances),
+              _kernel_check("sssp-path", sssp.collect_path, sssp.judge_path))),
     Exercise("minimums-host", "a host function: the two minimums of C = A B, found on the GPU",
              (_function_check("host-transfers", minimums.run_host_source),), host_function=minimums.HOST_FUNCTION),
     Exercise("transpose", "a matrix transpose through a padded 32 x 33 shared tile",
-             (_kernel_check("transpose-correctness", transpose.run_correctness),
-              _kernel_check("transpose-races", transpose.run_races),
-              _kernel_check("transpose-bank-conflicts", transpose.run_bank_conflicts))),
+             (_kernel_check("transpose-correctness", transpose.collect_correctness, transpose.judge_correctness),
+              _kernel_check("transpose-races", transpose.collect_races, transpose.judge_races),
+              _kernel_check("transpose-bank-conflicts", transpose.collect_bank_conflicts,
+                            transpose.judge_bank_conflicts))),
     Exercise("pycuda-matmul", "a host function: C = A B with sgemm_coalesced, written in PyCUDA",
              (_function_check("matmul-correct", pycuda_host.run_matmul),
               _function_check("matmul-float64", pycuda_host.run_matmul_float64)), host_function=pycuda_host.MATMUL),

@@ -5,10 +5,13 @@ The child is `python -E -s -c ...` (grader.isolation._child): it reads a job
 named, refuses any source that is not device code only (the emulator's
 policy, grader.emulator.policy), resolves the exercise and the check through
 the one registry (grader.exercises), runs check(submission, seed) and writes
-the CheckResult as JSON to a pipe (no file a kernel could rewrite); a
-check that can be split (SGEMM correctness) returns only what the kernel
-computed, and its verdict is computed here, from those outputs and the
-seed (a kernel that scribbled over the child's memory cannot forge it). Where
+the result to a pipe (no file a kernel could rewrite). Every check of a
+CUDA C exercise is split: the child returns only what the kernel did (C,
+the analysis' records, timings) and the verdict is computed here, from
+those outputs and the seed this process chose (a kernel that scribbled
+over the child's memory cannot hand over a verdict). A Python exercise's
+function runs in a process of its own (grader.student_process), so the
+child's verdict is out of its reach. Where
 bubblewrap can make a sandbox, the child runs in it: the file system
 read-only but for its private folder and the grading process's private build
 cache, no network (sandbox_description() says what is in force, and why
@@ -37,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import backend, emulator, exercises
+from . import backend, emulator, exercises, sandbox
 from .checks.common import DID_NOT_FINISH, new_seed
 from .report import FAILED, CheckResult
 
@@ -102,42 +105,14 @@ def _signal_name(code: int) -> str:
 # the kernel enforces RLIMIT_NPROC (not for root).
 LIMITS = {"RLIMIT_AS": 32 << 30, "RLIMIT_NOFILE": 1024, "RLIMIT_FSIZE": 2 << 30, "RLIMIT_CORE": 0}
 EXTRA_PROCESSES = 256          # RLIMIT_NPROC: the user's processes now, plus this many (the compiler's)
-_bwrap_state: tuple[str | None, str] | None = None
-
-
-def _bwrap_args(tmp: str, cache: str) -> list[str]:
-    """bubblewrap: the whole file system read-only but for the check's folder
-    and the grading cache, no network."""
-    return ["--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--bind", tmp, tmp, "--bind", cache, cache, "--unshare-net", "--unshare-ipc", "--die-with-parent",
-            "--chdir", tmp]
-
-
-def bubblewrap() -> tuple[str | None, str]:
-    """(the bwrap program, or None, and why): probed once per process by running Python in it."""
-    global _bwrap_state
-    if _bwrap_state is None:
-        tool = shutil.which("bwrap")
-        if tool is None:
-            _bwrap_state = (None, "bubblewrap is not installed (apt-get install bubblewrap): grading processes "
-                                  "can write wherever this user can and reach the network")
-        else:
-            with tempfile.TemporaryDirectory(prefix="grader-probe-") as tmp:
-                try:
-                    p = subprocess.run([tool, *_bwrap_args(tmp, tmp), sys.executable, "-E", "-s", "-c", "pass"],
-                                       capture_output=True, text=True, timeout=30)
-                    ok, why = p.returncode == 0, p.stderr.strip()[:200]
-                except (OSError, subprocess.TimeoutExpired) as e:
-                    ok, why = False, str(e)
-            _bwrap_state = (tool, "bubblewrap: read-only file system but for a private folder, no network") if ok \
-                else (None, f"bubblewrap cannot create a sandbox here ({why}; unprivileged user namespaces off?): "
-                            "grading processes can write wherever this user can and reach the network")
-    return _bwrap_state
 
 
 def sandbox_description() -> str:
     """Which mechanisms isolate a grading process here, and which are missing and why."""
-    return "; ".join([bubblewrap()[1], "resource limits (address space, CPU time, open files, file size, "
-                      "processes) and an environment built by the grader", "the result returned over a pipe"])
+    return "; ".join([sandbox.bubblewrap()[1], "resource limits (address space, CPU time, open files, file size, "
+                      "processes) and an environment built by the grader",
+                      "outputs returned over a pipe and judged by the grader's own process",
+                      "a student's Python function called in a process of its own"])
 
 
 def _user_processes() -> int:
@@ -186,10 +161,8 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
         job["result_fd"] = write_fd
         job["launch_timeout"] = max(5.0, timeout * 0.8)
         job["cpu_seconds"] = timeout + 60
-        tool, _ = bubblewrap()
-        command = child_command()
-        if tool:
-            command = [tool, *_bwrap_args(tmp, env["GRADER_EMULATOR_CACHE"]), *command]
+        tool, _ = sandbox.bubblewrap()
+        command = sandbox.wrap(child_command(), [tmp, env["GRADER_EMULATOR_CACHE"]], tmp)
         chunks: list[bytes] = []
         reader = threading.Thread(target=_read_all, args=(read_fd, chunks), daemon=True)
         reader.start()
@@ -243,6 +216,8 @@ def _result(spec, data: bytes, seed: int, gpu: bool) -> CheckResult:
         if meta.get("seed") != seed:
             raise ValueError(f"outputs for seed {meta.get('seed')!r}, not {seed}")
         result = spec.judge(meta, arrays, gpu)
+        if meta.get("stopped_launches"):
+            result.details["did_not_finish"] = True
         result.details.setdefault("backend", "gpu" if gpu else "emulator")
         return result
     if data[:1] == b"J":
@@ -277,7 +252,8 @@ def _child() -> int:
     try:
         check = exercises.get(job["exercise"]).check(job["check"])
         if check.collect is not None:
-            payload = _outputs(*check.collect(job["submission"], job.get("seed")))
+            meta, arrays = check.collect(job["submission"], job.get("seed"))
+            payload = _outputs(dict(meta, stopped_launches=bool(emulator.stopped_launches())), arrays)
         else:
             result = check.run(job["submission"], job.get("seed"))
             if emulator.stopped_launches():

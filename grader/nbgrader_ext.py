@@ -41,7 +41,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.preprocessors import ClearSolutions, Execute, NbGraderPreprocessor
 from traitlets import Unicode
 
-from . import isolation
+from . import isolation, sandbox
 from .regrade import parse_test, regrade_cell
 from .static_values import code_cells, read_values
 
@@ -146,7 +146,7 @@ def kernel_sandbox(cmd: list[str], cwd: str, private: str, config) -> list[str]:
     students' folders replaced by empty ones, its own folder and a private one
     writable, its own process namespace (it cannot signal the grader).
     The network stays: the kernel talks to nbgrader over TCP on localhost."""
-    tool, _ = isolation.bubblewrap()
+    tool, _ = sandbox.bubblewrap()
     hidden_dirs, hidden_files = _course_paths(config)
     args = [tool, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--unshare-pid",
             "--unshare-ipc", "--die-with-parent",
@@ -179,7 +179,7 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     async def _async_pre_start_kernel(self, **kw):
         cmd, kw = await super()._async_pre_start_kernel(**kw)
-        tool, why = isolation.bubblewrap()
+        tool, why = sandbox.bubblewrap()
         if not tool:
             self.log.warning("autograde kernel not sandboxed: %s", why)
             return kernel_limits() + cmd, kw

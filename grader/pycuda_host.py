@@ -68,6 +68,11 @@ class HostLog:
         self.entries.append(e)
         return e
 
+    def extend(self, entries: list[dict]) -> None:
+        """Add entries recorded elsewhere (the student's process), in order, after these."""
+        for e in entries:
+            self.add(**{k: v for k, v in e.items() if k != "position"})
+
     def of(self, kind: str) -> list[Entry]:
         return [e for e in self.entries if e.kind == kind]
 
@@ -139,6 +144,14 @@ class _Patches:
             else:
                 setattr(owner, name, entry)
         self.saved.clear()
+
+
+_recording: list[HostLog] = []
+
+
+def current_log() -> HostLog | None:
+    """The log of the innermost recording() open now."""
+    return _recording[-1] if _recording else None
 
 
 @contextlib.contextmanager
@@ -229,8 +242,11 @@ def recording(drv):
             patches.wrap(drv, name, lambda f: copy(f, "htod"))
         for name in ("memcpy_dtoh", "memcpy_dtoh_async"):
             patches.wrap(drv, name, lambda f: copy(f, "dtoh"))
+        _recording.append(log)
         yield log
     finally:
+        if _recording and _recording[-1] is log:
+            _recording.pop()
         patches.restore()
 
 

@@ -18,6 +18,14 @@ class Transfers:
         self.calls = 0
 
 
+_counting: list[Transfers] = []
+
+
+def current() -> Transfers | None:
+    """The counts of the innermost count_dtoh() open now."""
+    return _counting[-1] if _counting else None
+
+
 @contextlib.contextmanager
 def count_dtoh(*driver_modules):
     """Count the bytes copied device -> host (memcpy_dtoh[_async], and through
@@ -38,8 +46,10 @@ def count_dtoh(*driver_modules):
             wrapped._dtoh_counted = True
             saved.append((mod, name, original))
             setattr(mod, name, wrapped)
+    _counting.append(t)
     try:
         yield t
     finally:
+        _counting.remove(t)
         for mod, name, original in reversed(saved):
             setattr(mod, name, original)

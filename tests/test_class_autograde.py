@@ -300,7 +300,7 @@ def test_failures_fake_gpus_and_a_killed_run(classes, tmp_path):
         _hand_in(course, student, lambda cells, edit=CLASS[student]: (edit(cells), _probe(cells)))
     # Autograde grades from the notebook's text (grader.nbgrader_ext): a kernel that dies ends its run, not
     # its grading; in the bubblewrap sandbox a cell cannot even reach its worker to kill it.
-    from grader.isolation import bubblewrap
+    from grader.sandbox import bubblewrap
     survive = {"kernel-dies": _kernel_dies, **({"kills-worker": _kills_its_worker} if bubblewrap()[0] else {})}
     bad = {"hangs": _hangs, **({} if bubblewrap()[0] else {"kills-worker": _kills_its_worker})}
     for student, edit in {**bad, **survive}.items():

@@ -111,7 +111,7 @@ LAYERS = [
     ("backend", lambda m: m in ("grader.backend", "grader.compiler")),
     ("kernels and host drivers", lambda m: m in ("grader.stages", "grader.sgemm", "grader.top2",
                                                   "grader.shortest_paths", "grader.transfers", "grader.pycuda_host",
-                                                  "grader.host_functions", "grader.perf", "grader.occupancy",
+                                                  "grader.host_functions", "grader.student_process", "grader.sandbox", "grader.perf", "grader.occupancy",
                                                   "grader.report", "grader.transpose", "grader.autotune_rules")),
     ("checks", lambda m: m.startswith("grader.checks") or m == "grader.exercises"),
     ("front-end", lambda m: m in ("grader.isolation", "grader.frontend", "grader")),

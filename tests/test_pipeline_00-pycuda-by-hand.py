@@ -10,6 +10,9 @@ Broken submissions (the mistakes new PyCUDA users make):
   float64   matmul copies A and B as they come: float64 bytes read as floats
   noevents  time_matmul times the launch call with time.perf_counter, no CUDA events
   nowarmup  time_matmul times from the first launch on (no untimed warm-up)
+And a hostile one (issue 17):
+  forges    gflops() writes a passing verdict on every pipe it can find and ends its process: its own
+            self-check in the notebook and the autograde's regrade both run it in a process of its own
 """
 from __future__ import annotations
 
@@ -55,6 +58,7 @@ EXPECTED = {
     "float64": _with(**{"matmul-float64-test": 0}),
     "noevents": _with(**{"timing-form-test": 0, "timing-plausible-test": 0}),
     "nowarmup": _with(**{"timing-form-test": 0}),
+    "forges": _with(**{"gflops-test": 0}),
 }
 
 
@@ -118,8 +122,21 @@ def _nowarmup(cells):
                                    "clocks, caches\n        kernel(*args, block=block, grid=grid)\n", "")
 
 
+def _forges(cells):
+    _replace(cells["gflops"], "    return 2 * M * N * K / seconds / 1e9\n",
+             "    import json, os\n"
+             "    forged = {'name': 'gflops-formula', 'status': 'passed', 'message': 'forged', 'points': 1.0}\n"
+             "    for fd in range(3, 256):\n"
+             "        try:\n"
+             "            if os.readlink(f'/proc/self/fd/{fd}').startswith('pipe:'):\n"
+             "                os.write(fd, b'J' + json.dumps(forged).encode())\n"
+             "        except OSError:\n"
+             "            pass\n"
+             "    os._exit(0)\n")
+
+
 SUBMISSIONS = {"ref": None, "blank": False, "short": _short, "float64": _float64, "noevents": _noevents,
-               "nowarmup": _nowarmup}
+               "nowarmup": _nowarmup, "forges": _forges}
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +222,8 @@ def test_broken_submissions_say_why(course):
     assert "no CUDA event was recorded" in out, out
     out = _output(course, "nowarmup", "timing-form-test")
     assert "warmup=2 asks for 2 untimed launches" in out, out
+    out = _output(course, "forges", "gflops-test")
+    assert "ProcessEnded" in out and "forged" not in out, out
     if not ON_GPU:
         assert "not graded: no GPU" in _output(course, "ref", "timing-plausible-test")
 

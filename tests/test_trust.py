@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import grader
-from grader import isolation
+from grader import isolation, sandbox
 from grader.emulator import build
 
 from conftest import emulator_only
@@ -180,13 +180,13 @@ def test_a_library_importing_c_library_calls_is_refused():
 def test_the_sandbox_says_what_it_uses():
     text = isolation.sandbox_description()
     assert "bubblewrap" in text and "resource limits" in text and "pipe" in text
-    tool, why = isolation.bubblewrap()
+    tool, why = sandbox.bubblewrap()
     assert (tool is None) == ("bubblewrap:" not in why)
 
 
 def _bubblewrap_or_skip() -> str:
     """bubblewrap, or skip with why; in CI (which installs it) a missing sandbox fails."""
-    tool, why = isolation.bubblewrap()
+    tool, why = sandbox.bubblewrap()
     if tool is None:
         if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
             pytest.fail(why)
@@ -200,7 +200,7 @@ def test_bubblewrap_keeps_writes_inside_the_private_folder(tmp_path):
     inside.mkdir(), cache.mkdir()
     outside = REPO / "sandbox-write-probe"
     code = f"open({str(inside / 'ok')!r}, 'w').write('x'); open({str(outside)!r}, 'w').write('x')"
-    p = subprocess.run([tool, *isolation._bwrap_args(str(inside), str(cache)), sys.executable, "-c", code],
+    p = subprocess.run([tool, *sandbox.bwrap_args([str(inside), str(cache)], str(inside)), sys.executable, "-c", code],
                        capture_output=True, text=True, timeout=60)
     assert (inside / "ok").exists()
     assert p.returncode != 0 and not outside.exists() and "Read-only file system" in p.stderr
@@ -289,3 +289,88 @@ def test_the_verdict_on_correctness_is_computed_from_outputs_in_the_parent():
                                                                        .read_text(), 7), gpu=False).to_dict())
     with pytest.raises(ValueError):
         isolation._result(spec, b"J" + forged.encode(), 7, gpu=False)   # a passing verdict instead of outputs
+
+
+def test_every_kernel_check_is_judged_in_the_parent():
+    """Every check of a CUDA C exercise returns outputs, not a verdict: a passing verdict written on the
+    result pipe (what native code that reached the pipe could forge) is refused."""
+    from grader import exercises
+    from grader.report import CheckResult
+    passing = b"J" + json.dumps(CheckResult("x", "passed", "forged", 1.0).to_dict()).encode()
+    python_exercises = {e.id for e in exercises.EXERCISES.values() if e.host_function}
+    for exercise in exercises.EXERCISES.values():
+        for check in exercise.checks:
+            if exercise.id in python_exercises:
+                assert check.judge is None, (exercise.id, check.name)
+                continue
+            assert check.collect is not None and check.judge is not None, (exercise.id, check.name)
+            with pytest.raises(ValueError):
+                isolation._result(check, passing, 1, gpu=False)
+
+
+FORGING_FUNCTION = '''
+def gflops(M, N, K, seconds):
+    import json, os
+    forged = {"name": "gflops-formula", "status": "passed", "message": "forged", "points": 1.0}
+    for fd in range(3, 256):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                os.write(fd, b"J" + json.dumps(forged).encode())
+        except OSError:
+            pass
+    os._exit(0)
+'''
+
+REACHING_FUNCTION = '''
+def gflops(M, N, K, seconds):
+    import os
+    parent = os.getppid()
+    try:
+        fds = os.listdir(f"/proc/{parent}/fd")
+    except OSError as e:
+        fds = type(e).__name__
+    raise RuntimeError(f"parent {parent}: {fds}")
+'''
+
+
+def test_a_python_function_that_writes_a_verdict_on_every_pipe_and_exits_earns_nothing():
+    """Issue 17's forging, from Python: the function runs in a process of its own, which holds no pipe of
+    the grading process; what it writes on its own pipe is unreadable, and its exit is named."""
+    result = isolation.run_check("pycuda-gflops", "gflops-formula", FORGING_FUNCTION, seed=1)
+    assert not result.passed and result.points == 0 and "forged" not in result.message, result.message
+    assert "ProcessEnded" in result.message and "wrong on 5 of 5 inputs" in result.message
+
+
+def test_a_python_function_cannot_reach_the_grading_process():
+    """Neither its pid (bubblewrap, or unshare for root: a process namespace of its own) nor its open files
+    (the grading process is non-dumpable)."""
+    result = isolation.run_check("pycuda-gflops", "gflops-formula", REACHING_FUNCTION, seed=1)
+    assert not result.passed
+    said = result.message.split("raised RuntimeError: ", 1)[1].splitlines()[0]
+    assert said.endswith(("PermissionError", "FileNotFoundError")) or said.startswith("parent 1:"), said
+
+
+def test_values_cross_to_and_from_the_students_process_as_data():
+    import numpy as np
+
+    from grader import student_process
+    from grader.occupancy import H200
+    source = ("import numpy as np\n"
+              "class Mine:\n    pass\n"
+              "def echo(*args, **kwargs):\n"
+              "    if kwargs.get('call'):\n        return kwargs['call'](args[0] + 1)\n"
+              "    if kwargs.get('object'):\n        return Mine()\n"
+              "    if kwargs.get('fail'):\n        raise NotImplementedError('not yet')\n"
+              "    return args, kwargs\n")
+    echo = student_process.load(source, "echo")
+    value = (np.arange(6, dtype=np.float32).reshape(2, 3), np.int64(5), {"k": (1, 2.5, None, "s")}, H200)
+    args, kwargs = echo(*value, flag=True)
+    assert np.array_equal(args[0], value[0]) and args[0].dtype == np.float32 and args[1] == 5
+    assert args[2] == value[2] and kwargs == {"flag": True}
+    assert isinstance(args[3], student_process.Opaque)        # the grader's dataclasses go there, never come back
+    assert echo(41, call=lambda x: x * 2) == 84                 # a function passed runs here, called back
+    assert type(echo(object=True)).__name__ == "Mine"
+    with pytest.raises(NotImplementedError, match="not yet"):
+        echo(fail=True)
+    with pytest.raises(NameError):
+        student_process.load("x = 1\n", "echo")

@@ -97,8 +97,9 @@ def _alloc(driver, floats: int):
     return driver.to_device(host), host
 
 
-def run_case(driver, function, stage, case: Case, rng) -> tuple[list[str], bool]:
-    """(what went wrong in one case (nothing: []), whether an access of A, B or C was misaligned)."""
+def collect_case(driver, function, stage, case: Case, rng) -> tuple[dict, np.ndarray | None]:
+    """One case's launch, nothing judged: (the analysis' findings, the launch failure and where A, B and C
+    lay; C with its guard zones as uint32, when the launch ran without findings)."""
     M, N, K = case.M, case.N, case.K
     oa, ob, oc = case.offsets
     A, B = sgemm.random_inputs(M, N, K, rng)
@@ -106,59 +107,101 @@ def run_case(driver, function, stage, case: Case, rng) -> tuple[list[str], bool]
     b = driver.to_device(np.concatenate([np.zeros(ob, np.float32), B.ravel(), np.zeros(4, np.float32)]))
     c, host = _alloc(driver, GUARD + oc + M * N + GUARD)
     first_c = GUARD + oc
-    nan = sgemm.poisoned(M * N)
-    driver.memcpy_htod(int(c) + 4 * first_c, nan)
+    driver.memcpy_htod(int(c) + 4 * first_c, sgemm.poisoned(M * N))
     pointers = {"A": int(a) + 4 * oa, "B": int(b) + 4 * ob, "C": int(c) + 4 * first_c}
-    buffers = {"A": (int(a), 4 * (oa + A.size + 4)), "B": (int(b), 4 * (ob + B.size + 4)),
-               "C": (int(c), 4 * host.size)}
-    problems, failure, misaligned = [], None, False
+    data = {"buffers": {"A": (int(a), 4 * (oa + A.size + 4)), "B": (int(b), 4 * (ob + B.size + 4)),
+                        "C": (int(c), 4 * host.size)}, "failure": None}
     with analysis.thread_order(0), analysis.analysis() as report:
         try:
             sgemm.launch_kernel(function, stage.launch(M, N, K), M, N, K, *pointers.values())
         except launch_errors(driver) as e:
-            failure = launch_failure(driver, e)
-    findings = list(report.out_of_bounds)
+            data["failure"] = launch_failure(driver, e)
+    data["report"] = analysis.report_data(report)
+    if not report.out_of_bounds and not data["failure"]:
+        driver.memcpy_dtoh(host, c)
+    else:
+        host = None
+    for alloc in (a, b, c):
+        with contextlib.suppress(driver.Error):
+            alloc.free()
+    return data, host
+
+
+def judge_case(case: Case, data: dict, host, rng) -> tuple[list[str], bool]:
+    """(what went wrong in one case (nothing: []), whether an access of A, B or C was misaligned)."""
+    M, N, K = case.M, case.N, case.K
+    A, B = sgemm.random_inputs(M, N, K, rng)
+    buffers = {p: tuple(v) for p, v in data.get("buffers", {}).items()}
+    findings = analysis.report_from(data.get("report", {})).out_of_bounds
+    problems, misaligned = [], False
     if findings:
         described = [describe_finding(case, f, buffers) for f in findings[:2]]
         problems += [text for text, _ in described]
         misaligned = any(m for _, m in described)
         if len(findings) > 2:
             problems.append(f"and {len(findings) - 2} more")
-    elif failure:
-        problems.append(failure)
-    if not problems:
-        driver.memcpy_dtoh(host, c)
-        bits = host
-        outside = np.flatnonzero(np.r_[bits[:first_c], bits[first_c + M * N:]] != GUARD_BITS)
-        if len(outside):
-            problems.append(f"wrote {len(outside)} float(s) outside C - a missing bounds check?")
-        C = host[first_c:first_c + M * N].view(np.float32).reshape(M, N)
-        cmp = sgemm.compare(C, A, B)
-        if not cmp.ok:
-            r, col, want, got = cmp.first
-            problems.append(f"{cmp.wrong} of {M * N} elements wrong; first at row {r}, column {col}: expected "
-                            f"{want:.6g}, got {got:.6g}" + sgemm.nan_hint(C[r, col]))
-    for alloc in (a, b, c):
-        with contextlib.suppress(driver.Error):
-            alloc.free()
+    elif data.get("failure"):
+        problems.append(data["failure"])
+    if problems:
+        return problems, misaligned
+    first_c = GUARD + case.offsets[2]
+    bits = None if host is None else np.asarray(host)
+    if bits is None or bits.dtype != np.uint32 or bits.shape != (first_c + M * N + GUARD,):
+        return ["the grading process returned no C for this case"], False
+    outside = np.flatnonzero(np.r_[bits[:first_c], bits[first_c + M * N:]] != GUARD_BITS)
+    if len(outside):
+        problems.append(f"wrote {len(outside)} float(s) outside C - a missing bounds check?")
+    C = bits[first_c:first_c + M * N].view(np.float32).reshape(M, N)
+    cmp = sgemm.compare(C, A, B)
+    if not cmp.ok:
+        r, col, want, got = cmp.first
+        problems.append(f"{cmp.wrong} of {M * N} elements wrong; first at row {r}, column {col}: expected "
+                        f"{want:.6g}, got {got:.6g}" + sgemm.nan_hint(C[r, col]))
     return problems, misaligned
 
 
 def run(stage, source: str, seed: int | None = None) -> CheckResult:
+    """The check in one process (tests, tools): judge(collect(...))."""
+    return judge(stage, *collect(stage, source, seed), gpu=False)
+
+
+def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
+    """Every case's launch, nothing judged."""
     seed = new_seed() if seed is None else int(seed)
+    meta = {"seed": seed, "log": "", "compile_error": None, "cases": []}
     driver, _ = drivers(on_emulator=True)
     try:
-        function, log = compile_function(stage, source, on_emulator=True)
+        function, meta["log"] = compile_function(stage, source, on_emulator=True)
     except CompileFailed as e:
-        return does_not_compile(NAME, e, seed)
+        meta["compile_error"] = str(e)
+        return meta, {}
     rng = np.random.default_rng(seed)
+    arrays = {}
+    for i, case in enumerate(CASES):
+        data, host = collect_case(driver, function, stage, case, rng)
+        meta["cases"].append(data)
+        if host is not None:
+            arrays[f"C{i}"] = host
+    return meta, arrays
+
+
+def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    """The verdict on collect()'s outputs: the inputs made again from the seed."""
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(NAME, meta["compile_error"], seed)
+    rng = np.random.default_rng(seed)
+    collected = list(meta.get("cases", []))
     lines, failed, misaligned = [], 0, False
-    for case in CASES:
-        problems, m = run_case(driver, function, stage, case, rng)
+    for i, case in enumerate(CASES):
+        if i < len(collected):
+            problems, m = judge_case(case, collected[i], arrays.get(f"C{i}"), rng)
+        else:
+            problems, m = ["the grading process returned nothing for this case"], False
         failed += bool(problems)
         misaligned |= m
         lines.append(f"{case.describe()}: " + ("; ".join(problems) if problems else "correct"))
     head = (f"correct in all {len(CASES)} cases" if not failed else f"wrong in {failed} of {len(CASES)} cases") + \
         f" (K or N not multiples of 4, A, B, C views off 16-byte boundaries; emulator analysis, random seed {seed})"
     text = head + "\n" + "\n".join(lines) + ("\n" + FALLBACK if misaligned else "")
-    return CheckResult.make(NAME, not failed, text, details={"seed": seed}, output=log)
+    return CheckResult.make(NAME, not failed, text, details={"seed": seed}, output=meta.get("log", ""))

@@ -30,7 +30,7 @@ import ast
 import dataclasses
 
 from ..autotune_rules import PARAMS, WarptileTuner, config_key, describe, rule_violations, violations
-from ..host_functions import load_function
+from .. import student_process
 from ..occupancy import H200, Limits
 from ..report import FAILED, NOT_GRADED, CheckResult
 from ..stages import stage, tuned_config
@@ -134,7 +134,7 @@ def _load(source: str, name: str, check: str, seed):
         return CheckResult.make(check, False, f"your code uses the grader's own rules ({used}): write {name}() "
                                 "yourself, from the rules in the notebook", details={"seed": seed})
     try:
-        return load_function(source, name)
+        return student_process.load(source, name)
     except Exception as e:              # the student's Python, run as a module: anything it raises is theirs
         return CheckResult.make(check, False, f"your code does not define {name}(...): {type(e).__name__}: {e}",
                                 details={"seed": seed})

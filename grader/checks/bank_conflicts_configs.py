@@ -19,7 +19,7 @@ from ..backend import drivers
 from ..compiler import CompileFailed, compile_kernels
 from ..report import CheckResult
 from . import emulator_tools as analysis
-from .common import launch_errors, launch_failure, new_seed, run_guarded
+from .common import launch_errors, launch_failure, new_seed, returned_matrix, run_guarded
 
 NAME = "bank-conflicts-configs"
 SHOW = 3
@@ -68,39 +68,66 @@ def _defines(d: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in d.items())
 
 
-def _one_config(stage, source: str, d: dict, rng, driver) -> tuple[bool, list[str], str | None]:
-    """(passed, lines, html) for one configuration."""
-    head = _defines(d)
+def _collect_config(stage, source: str, d: dict, rng, driver, index: int, arrays: dict) -> dict:
+    """One configuration's launches, nothing judged (C and its guards per shape go into `arrays`)."""
     try:
         functions, _ = compile_kernels(source, [stage.kernel], stage.options(d), on_emulator=True)
     except CompileFailed as e:
-        return False, [f"{head}: the kernel does not compile with these values:\n{e}"], None
+        return {"compile_error": str(e)}
     function = functions[stage.kernel]
-    ok, lines, html, failed_launch = True, [], None, False
+    data = {"shapes": []}
     with analysis.thread_order(0), analysis.analysis() as report:
-        for M, N, K in shapes(d):
-            shape = f"{head}, M={M} N={N} K={K}"
+        for j, (M, N, K) in enumerate(shapes(d)):
             A, B = sgemm.random_inputs(M, N, K, rng)
             try:
                 C, before, after = run_guarded(driver, function, stage.launch(M, N, K, d), A, B)
             except launch_errors(driver) as e:      # the message names the line, block and thread
-                ok, failed_launch = False, True
-                lines.append(f"{shape}: {launch_failure(driver, e)}")
+                data["shapes"].append({"failure": launch_failure(driver, e)})
                 break
-            problems = []
-            if len(before) or len(after):
-                problems.append(f"wrote outside C ({len(before)} float(s) before it, {len(after)} after its end)")
-            cmp = sgemm.compare(C, A, B)
-            if not cmp.ok:
-                r, c, want, got = cmp.first
-                problems.append(f"{cmp.wrong} of {M * N} elements of C wrong; first at row {r}, column {c}: "
-                                f"expected {want:.6g}, got {got:.6g}"
-                                + sgemm.nan_hint(C[r, c]))
-            if problems:
-                ok = False
-                lines.append(f"{shape}: " + "; ".join(problems))
-            else:
-                lines.append(f"{shape}: C correct")
+            data["shapes"].append({"failure": None})
+            arrays.update({f"C{index}_{j}": C, f"before{index}_{j}": before, f"after{index}_{j}": after})
+    data["report"] = analysis.report_data(report)
+    return data
+
+
+def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict) -> tuple[bool, list[str], str | None]:
+    """(passed, lines, html) for one configuration."""
+    head = _defines(d)
+    if data.get("compile_error") is not None:
+        return False, [f"{head}: the kernel does not compile with these values:\n{data['compile_error']}"], None
+    ok, lines, failed_launch = True, [], False
+    ran = list(data.get("shapes", []))
+    for j, (M, N, K) in enumerate(shapes(d)):
+        shape = f"{head}, M={M} N={N} K={K}"
+        A, B = sgemm.random_inputs(M, N, K, rng)
+        if j >= len(ran):
+            ok = False
+            lines.append(f"{shape}: the grading process returned nothing for this shape")
+            break
+        if ran[j].get("failure"):
+            ok, failed_launch = False, True
+            lines.append(f"{shape}: {ran[j]['failure']}")
+            break
+        C = returned_matrix(arrays.get(f"C{index}_{j}"), (M, N))
+        if C is None:
+            ok = False
+            lines.append(f"{shape}: the grading process returned no C")
+            continue
+        before, after = (np.asarray(arrays.get(f"{k}{index}_{j}", np.empty(0))) for k in ("before", "after"))
+        problems = []
+        if len(before) or len(after):
+            problems.append(f"wrote outside C ({len(before)} float(s) before it, {len(after)} after its end)")
+        cmp = sgemm.compare(C, A, B)
+        if not cmp.ok:
+            r, c, want, got = cmp.first
+            problems.append(f"{cmp.wrong} of {M * N} elements of C wrong; first at row {r}, column {c}: "
+                            f"expected {want:.6g}, got {got:.6g}" + sgemm.nan_hint(C[r, c]))
+        if problems:
+            ok = False
+            lines.append(f"{shape}: " + "; ".join(problems))
+        else:
+            lines.append(f"{shape}: C correct")
+    report = analysis.report_from(data.get("report", {}))
     oob = list(report.out_of_bounds)
     if oob and not failed_launch:
         ok = False
@@ -113,13 +140,30 @@ def _one_config(stage, source: str, d: dict, rng, driver) -> tuple[bool, list[st
 
 
 def run(stage, source: str, seed: int | None = None) -> CheckResult:
+    """The check in one process (tests, tools): judge(collect(...))."""
+    return judge(stage, *collect(stage, source, seed), gpu=False)
+
+
+def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
+    """Every configuration's launches, nothing judged."""
     seed = new_seed() if seed is None else int(seed)
     driver, _ = drivers(on_emulator=True)
     rng = np.random.default_rng(seed)
-    ok_all, lines, html = True, [], None
-    failed = []
-    for d in configs(stage):
-        ok, more, picture = _one_config(stage, source, d, rng, driver)
+    arrays: dict = {}
+    meta = {"seed": seed, "configs": [_collect_config(stage, source, d, rng, driver, i, arrays)
+                                      for i, d in enumerate(configs(stage))]}
+    return meta, arrays
+
+
+def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    """The verdict on collect()'s outputs: the inputs made again from the seed."""
+    seed = int(meta["seed"])
+    rng = np.random.default_rng(seed)
+    ok_all, lines, html, failed = True, [], None, []
+    collected = list(meta.get("configs", []))
+    for i, d in enumerate(configs(stage)):
+        data = collected[i] if i < len(collected) else {"shapes": []}
+        ok, more, picture = _judge_config(d, data, rng, i, arrays)
         lines += more
         if not ok:
             ok_all = False

@@ -17,7 +17,8 @@ from ..backend import drivers
 from ..compiler import CompileFailed
 from ..report import FAILED, NOT_GRADED, PASSED, CheckResult
 from . import emulator_tools as analysis
-from .common import compile_function, did_not_finish, does_not_compile, launch_budget, launch_errors, launch_failure
+from .common import (compile_function, did_not_finish, does_not_compile, launch_budget, launch_errors, launch_failure,
+                     returned_matrix)
 
 NAME = "coalescing"
 GRADED = {"coalesced"}
@@ -55,38 +56,62 @@ def describe(record) -> str:
 
 
 def run(stage, source: str, seed: int | None = None) -> CheckResult:
-    graded = stage.id in GRADED
+    """The check in one process (tests, tools): judge(collect(...))."""
+    return judge(stage, *collect(stage, source, seed), gpu=False)
+
+
+def _inputs():
+    M, N, K = SHAPE
+    return sgemm.random_inputs(M, N, K, np.random.default_rng(0))
+
+
+def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
+    """What the kernel did, nothing judged: C and the analysis' global-memory records of one launch."""
+    meta = {"seed": seed, "log": "", "compile_error": None, "failure": None, "stopped": False}
     driver, _ = drivers(on_emulator=True)
     try:
-        function, log = compile_function(stage, source, on_emulator=True)
+        function, meta["log"] = compile_function(stage, source, on_emulator=True)
     except CompileFailed as e:
-        return does_not_compile(NAME, e)
+        meta["compile_error"] = str(e)
+        return meta, {}
     M, N, K = SHAPE
-    A, B = sgemm.random_inputs(M, N, K, np.random.default_rng(0))
+    A, B = _inputs()
     launch = stage.launch(M, N, K)
     a, b = driver.to_device(A), driver.to_device(B)
-    c = driver.to_device(np.full((M, N), np.nan, dtype=np.float32))
+    c = driver.to_device(sgemm.poisoned((M, N)))
 
     def analysed_reference():
         reference = compile_function(stage, stage.source(), on_emulator=True)[0]
-        c_ref = driver.to_device(np.full((M, N), np.nan, dtype=np.float32))
+        c_ref = driver.to_device(sgemm.poisoned((M, N)))
         with analysis.analysis():
             sgemm.launch_kernel(reference, launch, M, N, K, a, b, c_ref)
 
-    stopped = False
     with launch_budget((NAME, stage.id, M, N, K), analysed_reference), analysis.analysis() as report:
         try:
             sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
-            failure = None
         except launch_errors(driver) as e:
-            failure = launch_failure(driver, e)
-            stopped = did_not_finish(e)
-    if failure:
-        return CheckResult(NAME, FAILED if graded else NOT_GRADED, f"M={M} N={N} K={K}: {failure}", 0.0,
-                           details={"did_not_finish": True} if stopped else {})
+            meta["failure"], meta["stopped"] = launch_failure(driver, e), did_not_finish(e)
+            return meta, {}
     C = np.empty((M, N), dtype=np.float32)
     driver.memcpy_dtoh(C, c)
-    computed = sgemm.compare(C, A, B)
+    meta["report"] = analysis.report_data(report)
+    return meta, {"C": C}
+
+
+def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    """The verdict on collect()'s outputs."""
+    graded = stage.id in GRADED
+    M, N, K = SHAPE
+    if meta.get("compile_error") is not None:
+        return does_not_compile(NAME, meta["compile_error"])
+    if meta.get("failure"):
+        return CheckResult(NAME, FAILED if graded else NOT_GRADED, f"M={M} N={N} K={K}: {meta['failure']}", 0.0,
+                           details={"did_not_finish": True} if meta.get("stopped") else {})
+    log = meta.get("log", "")
+    report = analysis.report_from(meta.get("report", {}))
+    C = returned_matrix(arrays.get("C"), (M, N))
+    A, B = _inputs()
+    computed = sgemm.compare(C if C is not None else sgemm.poisoned((M, N)), A, B)
 
     records = sorted(report.global_accesses, key=lambda r: (r.line, r.op, array_name(r.buffer)))
     bad = sorted((r for r in records if uncoalesced(r)), key=lambda r: -r.sectors / max(r.ideal_sectors, 1))

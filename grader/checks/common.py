@@ -77,21 +77,31 @@ def compile_function(stage: Stage, source: str, on_emulator: bool = False):
     return functions[stage.kernel], log
 
 
-def does_not_compile(name: str, error: CompileFailed, seed: int | None = None) -> CheckResult:
+def does_not_compile(name: str, error: CompileFailed | str, seed: int | None = None) -> CheckResult:
     """The failed result of a check whose source does not compile (said once, with the compiler's log)."""
     return CheckResult.make(name, False, f"{DOES_NOT_COMPILE}\n{error}",
                             details={} if seed is None else {"seed": seed})
 
 
-def start_kernels(name: str, kernels: Kernels, source: str, seed: int | None, on_emulator: bool = False):
-    """How a check of labs 7 and 8 starts: (seed, {kernel: Function}, compiler
-    log), or the failed CheckResult when the source does not compile."""
-    seed = new_seed() if seed is None else int(seed)
+def split_run(collect, judge):
+    """run(source, seed) of a check split into collect() (what the kernel did, in the grading process)
+    and judge() (the verdict, in the process that started it): both here, for tests and tools."""
+    def run(source: str, seed: int | None = None) -> CheckResult:
+        from ..perf import on_gpu
+        return judge(*collect(source, seed), gpu=on_gpu())
+    return run
+
+
+def start_collect(kernels: Kernels, source: str, seed: int | None, on_emulator: bool = False):
+    """How collect() of a check of labs 4, 7 and 8 starts: (meta with the seed and the compiler's log or
+    error, {kernel: Function} or None when the source does not compile)."""
+    meta = {"seed": new_seed() if seed is None else int(seed), "log": "", "compile_error": None}
     try:
-        functions, log = kernels.compile(source, on_emulator=on_emulator)
+        functions, meta["log"] = kernels.compile(source, on_emulator=on_emulator)
     except CompileFailed as e:
-        return does_not_compile(name, e, seed)
-    return seed, functions, log
+        meta["compile_error"] = str(e)
+        return meta, None
+    return meta, functions
 
 
 def run_guarded(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray, guard: int | None = None):
@@ -151,6 +161,14 @@ def launch_errors(driver) -> tuple[type[BaseException], ...]:
     deadlock, a timeout), and TypeError or ValueError for arguments that do not
     fit the kernel's parameters. Anything else is a grader error."""
     return (driver.Error, TypeError, ValueError)
+
+
+def returned_matrix(value, shape: tuple) -> np.ndarray | None:
+    """A float32 array of this shape, as a grading process returned it, or None (missing or malformed)."""
+    if value is None:
+        return None
+    value = np.asarray(value)
+    return value if value.shape == tuple(shape) and value.dtype == np.float32 else None
 
 
 def new_seed() -> int:

@@ -5,8 +5,10 @@ with each block's threads in a permuted order."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 from .. import emulator
+from ..emulator.analysis import BankConflicts, Finding, GlobalAccesses, Race, Report
 
 
 @contextlib.contextmanager
@@ -30,3 +32,21 @@ def thread_order(seed: int):
 def describe(record) -> str:
     d = getattr(record, "describe", None)
     return d() if callable(d) else str(record)
+
+
+RECORDS = {"bank_conflicts": BankConflicts, "global_accesses": GlobalAccesses, "races": Race,
+           "out_of_bounds": Finding}
+
+
+def report_data(report) -> dict:
+    """What the analysis found, as JSON-able data (the grading process sends it to be judged)."""
+    data = {key: [dataclasses.asdict(r) for r in getattr(report, key)] for key in RECORDS}
+    return dict(data, launches=report.launches, global_dropped=report.global_dropped)
+
+
+def report_from(data: dict):
+    """The report that report_data() described (lists back to tuples: threads and blocks)."""
+    def record(cls, fields: dict):
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    return Report(**{key: [record(cls, f) for f in data.get(key, [])] for key, cls in RECORDS.items()},
+                  launches=int(data.get("launches", 0)), global_dropped=int(data.get("global_dropped", 0)))

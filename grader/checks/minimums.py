@@ -9,20 +9,25 @@ top-2 (solutions/sgemm-top2.cu) and a host function minimums(A, B).
     run_fused_races(source, seed) as run_top2_races for the fused kernel
     run_host(function, seed)      the two minimums right, at most HOST_BYTES bytes device -> host
     run_host_source(source, seed) run_host on the function `minimums` that a submission's text
-                                  defines (see grader.host_functions)
+                                  defines, called in a process of its own (grader.student_process)
+
+Each kernel check X is collect_X(source, seed), what the kernel did (run in
+the sandboxed grading process), and judge_X(meta, arrays, gpu), the verdict
+(computed in the process that started it, from those outputs and the seed);
+run_X is both in one process, for tests and tools.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .. import sgemm, top2
+from .. import sgemm, student_process, top2
 from ..backend import drivers
-from ..host_functions import load_function
 from ..report import CheckResult
 from ..sgemm import driver_of
 from ..transfers import count_dtoh
 from . import emulator_tools as analysis
-from .common import launch_errors, launch_failure, new_seed, start_kernels
+from .common import (does_not_compile, launch_errors, launch_failure, new_seed, returned_matrix, split_run,
+                     start_collect)
 
 HOST_BYTES = 64      # two 8-byte keys and a few flags
 HOST_FUNCTION = "minimums"
@@ -84,92 +89,163 @@ def compare(got: tuple[int, int], x: np.ndarray, what: str) -> str | None:
     return None
 
 
-def run_top2(source: str, seed: int | None = None, name: str = "top2-exact") -> CheckResult:
-    start = start_kernels(name, top2.TOP2, source, seed)
-    if isinstance(start, CheckResult):
-        return start
-    seed, fns, log = start
-    rng = np.random.default_rng(seed)
+# After a GPU SGEMM (A, B uniform in [0, 1)): C stays on the device.
+TOP2_SGEMM_SHAPE = (130, 97, 40)
+RACES_ORDERS = (0x5EED1, 0xC0FFEE)
+
+
+def _keys(value) -> tuple[int, int] | None:
+    """Two keys as the grading process returned them, or None."""
+    try:
+        k1, k2 = (int(k) for k in value)
+        return k1, k2
+    except (TypeError, ValueError):
+        return None
+
+
+def _reference_c_problem(C, A, B, what: str) -> str | None:
+    """The grader's own SGEMM result as the grading process returned it: wrong or missing is a grader error."""
+    if C is None or not sgemm.compare(C, A, B).ok:
+        return f"{what}: the grading process returned no right C from the reference SGEMM"
+    return None
+
+
+def collect_top2(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    meta, fns = start_collect(top2.TOP2, source, seed)
+    if fns is None:
+        return meta, {}
+    rng = np.random.default_rng(meta["seed"])
     drv = driver_of(fns["top2"])
-    lines, ok = [], True
-    cases = adversarial(rng)
-    for what, x in cases:
+    meta["cases"] = []
+    for what, x in adversarial(rng):
         try:
             xd = drv.to_device(np.ascontiguousarray(x))
-            got = top2.top2_keys(fns["top2"], xd, x.size)
+            keys = top2.top2_keys(fns["top2"], xd, x.size)
             xd.free()
         except launch_errors(drv) as e:
+            meta["cases"].append({"failure": launch_failure(drv, e)})
+            return meta, {}
+        meta["cases"].append({"keys": list(keys)})
+    M, N, K = TOP2_SGEMM_SHAPE
+    A, B = top2.inputs(M, N, K, rng)
+    c, _, _ = top2.sgemm_on_device(A, B)
+    C = np.empty((M, N), np.float32)
+    drv.memcpy_dtoh(C, c)
+    meta["sgemm_keys"] = list(top2.top2_keys(fns["top2"], c, M * N))
+    c.free()
+    return meta, {"C": C}
+
+
+def judge_top2(meta: dict, arrays: dict, gpu: bool, name: str = "top2-exact") -> CheckResult:
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    rng = np.random.default_rng(seed)
+    lines, ok = [], True
+    cases = adversarial(rng)
+    ran = list(meta.get("cases", []))
+    for i, (what, x) in enumerate(cases):
+        if i >= len(ran):
             ok = False
-            lines.append(f"{what}: {launch_failure(drv, e)}")
+            lines.append(f"{what}: the grading process returned no keys")
             break
-        problem = compare(got, x, what)
+        if ran[i].get("failure"):
+            ok = False
+            lines.append(f"{what}: {ran[i]['failure']}")
+            break
+        keys = _keys(ran[i].get("keys"))
+        problem = compare(keys, x, what) if keys else f"{what}: the grading process returned no keys"
         if problem:
             ok = False
             lines.append(problem)
-    # After a GPU SGEMM (A, B uniform in [0, 1)): C stays on the device.
-    M, N, K = 130, 97, 40
+    M, N, K = TOP2_SGEMM_SHAPE
     A, B = top2.inputs(M, N, K, rng)
     if ok:
-        c, _, _ = top2.sgemm_on_device(A, B)
-        C = np.empty((M, N), np.float32)
-        drv.memcpy_dtoh(C, c)
-        problem = compare(top2.top2_keys(fns["top2"], c, M * N), C, f"C = A B, M={M} N={N} K={K}")
-        c.free()
+        what = f"C = A B, M={M} N={N} K={K}"
+        C = returned_matrix(arrays.get("C"), (M, N))
+        keys = _keys(meta.get("sgemm_keys"))
+        problem = _reference_c_problem(C, A, B, what) or \
+            (compare(keys, C, what) if keys else f"{what}: the grading process returned no keys")
         if problem:
             ok = False
             lines.append(problem)
     head = (f"the two minimums are exact on all {len(cases) + 1} inputs" if ok else "wrong") + \
         f" (random seed {seed}; ties to the smaller row-major index)"
     return CheckResult.make(name, ok, head + ("\n" + "\n".join(lines) if lines else ""),
-                            details={"seed": seed}, output=log)
+                            details={"seed": seed}, output=meta.get("log", ""))
 
 
-def _races(kernels, source: str, seed, name: str, launch) -> CheckResult:
+def _collect_races(kernels, source: str, seed, launch) -> tuple[dict, dict]:
     """Emulator analysis of one launch plus permuted thread orders; launch(fns, rng) -> keys."""
-    start = start_kernels(name, kernels, source, seed, on_emulator=True)
-    if isinstance(start, CheckResult):
-        return start
-    seed, fns, log = start
-    problems = []
+    meta, fns = start_collect(kernels, source, seed, on_emulator=True)
+    if fns is None:
+        return meta, {}
     drv = drivers(on_emulator=True)[0]
     try:
         with analysis.thread_order(0), analysis.analysis() as report:
-            keys0 = launch(fns, np.random.default_rng(seed))
+            meta["keys"] = list(launch(fns, np.random.default_rng(meta["seed"])))
     except launch_errors(drv) as e:
-        return CheckResult.make(name, False, launch_failure(drv, e),
-                                details={"seed": seed}, output=log)
-    if report is not None:
-        races, oob = list(report.races), list(report.out_of_bounds)
-        if races:
-            problems.append(f"{len(races)} race(s) on shared or global memory - a missing __syncthreads() "
-                            "between the warps' writes to shared memory and warp 0's reads? e.g.:\n  "
-                            + "\n  ".join(analysis.describe(r) for r in races[:3]))
-        if oob:
-            problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
-                            + "\n  ".join(analysis.describe(r) for r in oob[:3]))
-    for s in (0x5EED1, 0xC0FFEE):
+        meta["failure"] = launch_failure(drv, e)
+        return meta, {}
+    meta["report"] = analysis.report_data(report)
+    meta["orders"] = []
+    for s in RACES_ORDERS:
         with analysis.thread_order(s):
-            keys = launch(fns, np.random.default_rng(seed))
-        if keys != keys0:
-            problems.append(f"the result depends on the order in which threads run (thread order seed {s:#x}): "
-                            f"keys {keys0} in the normal order, {keys} permuted - a missing __syncthreads()?")
-            break
+            meta["orders"].append({"seed": s, "keys": list(launch(fns, np.random.default_rng(meta["seed"])))})
+    return meta, {}
+
+
+def _judge_races(meta: dict, name: str) -> CheckResult:
+    seed = int(meta["seed"])
+    log = meta.get("log", "")
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    if meta.get("failure"):
+        return CheckResult.make(name, False, meta["failure"], details={"seed": seed}, output=log)
+    problems = []
+    report = analysis.report_from(meta.get("report", {}))
+    races, oob = list(report.races), list(report.out_of_bounds)
+    if races:
+        problems.append(f"{len(races)} race(s) on shared or global memory - a missing __syncthreads() "
+                        "between the warps' writes to shared memory and warp 0's reads? e.g.:\n  "
+                        + "\n  ".join(analysis.describe(r) for r in races[:3]))
+    if oob:
+        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
+                        + "\n  ".join(analysis.describe(r) for r in oob[:3]))
+    keys0 = _keys(meta.get("keys"))
+    orders = list(meta.get("orders", []))
+    if keys0 is None or len(orders) != len(RACES_ORDERS):
+        problems.append("the grading process did not return the keys of every thread order")
+    else:
+        for order in orders:
+            keys = _keys(order.get("keys"))
+            if keys != keys0:
+                problems.append(f"the result depends on the order in which threads run (thread order seed "
+                                f"{int(order['seed']):#x}): keys {keys0} in the normal order, {keys} permuted - a "
+                                "missing __syncthreads()?")
+                break
     if problems:
         return CheckResult.make(name, False, "\n".join(problems), details={"seed": seed}, output=log)
     return CheckResult.make(name, True, "no races, no out-of-bounds accesses, the same minimums in 3 thread "
                             "orders", details={"seed": seed}, output=log)
 
 
-def run_top2_races(source: str, seed: int | None = None) -> CheckResult:
-    def launch(fns, rng):
-        drv = drivers(on_emulator=True)[0]
-        x = rng.uniform(0.5, 1.0, 6007).astype(np.float32)
-        x[[17, 2100]] = 0.1
-        xd = drv.to_device(x)
-        keys = top2.top2_keys(fns["top2"], xd, x.size, blocks=3)
-        xd.free()
-        return keys
-    return _races(top2.TOP2, source, seed, "top2-races", launch)
+def _launch_top2(fns, rng):
+    drv = drivers(on_emulator=True)[0]
+    x = rng.uniform(0.5, 1.0, 6007).astype(np.float32)
+    x[[17, 2100]] = 0.1
+    xd = drv.to_device(x)
+    keys = top2.top2_keys(fns["top2"], xd, x.size, blocks=3)
+    xd.free()
+    return keys
+
+
+def collect_top2_races(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    return _collect_races(top2.TOP2, source, seed, _launch_top2)
+
+
+def judge_top2_races(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    return _judge_races(meta, "top2-races")
 
 
 def fused_cases(rng):
@@ -186,44 +262,80 @@ def fused_cases(rng):
     return cases
 
 
-def run_fused(source: str, seed: int | None = None) -> CheckResult:
-    name = "sgemm-top2-exact"
-    start = start_kernels(name, top2.FUSED, source, seed)
-    if isinstance(start, CheckResult):
-        return start
-    seed, fns, log = start
-    rng = np.random.default_rng(seed)
+def collect_fused(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    meta, fns = start_collect(top2.FUSED, source, seed)
+    if fns is None:
+        return meta, {}
     drv = driver_of(fns["sgemm_top2"])
-    lines, ok = [], True
-    cases = fused_cases(rng)
-    for what, A, B in cases:
+    meta["cases"], arrays = [], {}
+    for i, (_, A, B) in enumerate(fused_cases(np.random.default_rng(meta["seed"]))):
         try:
             k1, k2, C = top2.fused_keys(fns["sgemm_top2"], A, B, keep_c=True)
         except launch_errors(drv) as e:
-            ok = False
-            lines.append(f"{what}: {launch_failure(drv, e)}")
+            meta["cases"].append({"failure": launch_failure(drv, e)})
             break
+        meta["cases"].append({"keys": [k1, k2]})
+        arrays[f"C{i}"] = C
+    return meta, arrays
+
+
+def judge_fused(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    name = "sgemm-top2-exact"
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    lines, ok = [], True
+    cases = fused_cases(np.random.default_rng(seed))
+    ran = list(meta.get("cases", []))
+    for i, (what, A, B) in enumerate(cases):
+        if i >= len(ran):
+            ok = False
+            lines.append(f"{what}: the grading process returned nothing for this shape")
+            break
+        if ran[i].get("failure"):
+            ok = False
+            lines.append(f"{what}: {ran[i]['failure']}")
+            break
+        M, N = A.shape[0], B.shape[1]
+        C = returned_matrix(arrays.get(f"C{i}"), (M, N))
+        if C is None:
+            ok = False
+            lines.append(f"{what}: the grading process returned no C")
+            continue
         cmp = sgemm.compare(C, A, B)
         if not cmp.ok:
             ok = False
-            lines.append(f"{what}: C itself is wrong: {cmp.describe((A.shape[0], B.shape[1], A.shape[1]))}")
+            lines.append(f"{what}: C itself is wrong: {cmp.describe((M, N, A.shape[1]))}")
             continue
-        problem = compare((k1, k2), C, what)
+        keys = _keys(ran[i].get("keys"))
+        problem = compare(keys, C, what) if keys else f"{what}: the grading process returned no keys"
         if problem:
             ok = False
             lines.append(problem)
     head = (f"C and its two minimums exact on all {len(cases)} shapes" if ok else "wrong") + \
         f" (random seed {seed})"
     return CheckResult.make(name, ok, head + ("\n" + "\n".join(lines) if lines else ""),
-                            details={"seed": seed}, output=log)
+                            details={"seed": seed}, output=meta.get("log", ""))
 
 
-def run_fused_races(source: str, seed: int | None = None) -> CheckResult:
-    def launch(fns, rng):
-        A, B = top2.inputs(45, 39, 37, rng)
-        k1, k2, _ = top2.fused_keys(fns["sgemm_top2"], A, B)
-        return k1, k2
-    return _races(top2.FUSED, source, seed, "sgemm-top2-races", launch)
+def _launch_fused(fns, rng):
+    A, B = top2.inputs(45, 39, 37, rng)
+    k1, k2, _ = top2.fused_keys(fns["sgemm_top2"], A, B)
+    return k1, k2
+
+
+def collect_fused_races(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    return _collect_races(top2.FUSED, source, seed, _launch_fused)
+
+
+def judge_fused_races(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    return _judge_races(meta, "sgemm-top2-races")
+
+
+run_top2 = split_run(collect_top2, judge_top2)
+run_top2_races = split_run(collect_top2_races, judge_top2_races)
+run_fused = split_run(collect_fused, judge_fused)
+run_fused_races = split_run(collect_fused_races, judge_fused_races)
 
 
 def run_host(function, seed: int | None = None) -> CheckResult:
@@ -272,7 +384,7 @@ def run_host(function, seed: int | None = None) -> CheckResult:
 def run_host_source(source: str, seed: int | None = None) -> CheckResult:
     """run_host on the function HOST_FUNCTION that the submission's text defines."""
     try:
-        function = load_function(source, HOST_FUNCTION)
+        function = student_process.load(source, HOST_FUNCTION)
     except Exception as e:              # the student's Python, run as a module: anything it raises is theirs
         return CheckResult.make("host-transfers", False, f"your code does not define {HOST_FUNCTION}(A, B): "
                                 f"{type(e).__name__}: {e}", details={"seed": seed})

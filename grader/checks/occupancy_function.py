@@ -24,7 +24,7 @@ import numbers
 import numpy as np
 
 from .. import occupancy
-from ..host_functions import load_function
+from .. import student_process
 from ..report import NOT_GRADED, CheckResult
 from .common import new_seed
 
@@ -213,7 +213,7 @@ def run_cuda_function(function, seed: int | None = None) -> CheckResult:
 
 def _loaded(check: str, source: str, seed):
     try:
-        return load_function(source, HOST_FUNCTION), None
+        return student_process.load(source, HOST_FUNCTION), None
     except Exception as e:              # the student's Python, run as a module: anything it raises is theirs
         return None, CheckResult.make(check, False, f"your code does not define {HOST_FUNCTION}(regs_per_thread, "
                                       f"smem_per_block, threads_per_block): {type(e).__name__}: {e}",

@@ -12,7 +12,7 @@ from ..compiler import CompileFailed
 from ..report import CheckResult
 from . import emulator_tools as analysis
 from .common import (compile_function, did_not_finish, does_not_compile, launch_budget, launch_errors,
-                     launch_failure, new_seed)
+                     launch_failure, new_seed, returned_matrix)
 
 NAME = "races"
 SHAPE = (45, 39, 37)                 # not a tile multiple: edge blocks are exercised
@@ -20,16 +20,15 @@ ORDER_SEEDS = (0x5EED1, 0xC0FFEE)
 SHOW = 3
 
 
-def _launch(driver, function, stage, A, B, reference=None):
+def _launch(driver, function, stage, A, B, stopped: list, reference=None):
     """(C, failure reason or None); exact-size buffers, C NaN-poisoned. With
     `reference` (the reference kernel), the launch runs within the budget
     derived from the reference's time on the same launch."""
-    if reference is not None:
-        M, K = A.shape
-        with launch_budget((NAME, "plain", stage.id, M, B.shape[1], K), lambda: _launch(driver, reference(), stage, A, B)):
-            return _launch(driver, function, stage, A, B)
     M, K = A.shape
     N = B.shape[1]
+    if reference is not None:
+        with launch_budget((NAME, "plain", stage.id, M, N, K), lambda: _launch(driver, reference(), stage, A, B, [])):
+            return _launch(driver, function, stage, A, B, stopped)
     launch = stage.launch(M, N, K)
     a, b = driver.to_device(A), driver.to_device(B)
     C = sgemm.poisoned((M, N))
@@ -38,26 +37,30 @@ def _launch(driver, function, stage, A, B, reference=None):
         sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
     except launch_errors(driver) as e:
         if did_not_finish(e):
-            _STOPPED.append(True)
+            stopped.append(True)
         return None, launch_failure(driver, e)
     driver.memcpy_dtoh(C, c)
     return C, None
 
 
-_STOPPED: list = []
-
-
 def run(stage, source: str, seed: int | None = None) -> CheckResult:
+    """The check in one process (tests, tools): judge(collect(...))."""
+    return judge(stage, *collect(stage, source, seed), gpu=False)
+
+
+def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
+    """What the kernel did, nothing judged: C in each thread order, the analysis' races and bad accesses."""
     seed = new_seed() if seed is None else int(seed)
+    meta = {"seed": seed, "log": "", "compile_error": None}
     driver, _ = drivers(on_emulator=True)
     try:
-        function, log = compile_function(stage, source, on_emulator=True)
+        function, meta["log"] = compile_function(stage, source, on_emulator=True)
     except CompileFailed as e:
-        return does_not_compile(NAME, e, seed)
+        meta["compile_error"] = str(e)
+        return meta, {}
     M, N, K = SHAPE
     A, B = sgemm.random_inputs(M, N, K, np.random.default_rng(seed))
-    problems = []
-    compiled = []
+    compiled, stopped, arrays = [], [], {}
 
     def reference():
         if not compiled:
@@ -66,27 +69,53 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
 
     def analysed_reference():
         with analysis.thread_order(0), analysis.analysis():
-            _launch(driver, reference(), stage, A, B)
+            _launch(driver, reference(), stage, A, B, [])
 
     with launch_budget((NAME, "analysed", stage.id, M, N, K), analysed_reference):
         with analysis.thread_order(0), analysis.analysis() as report:
-            C0, failure = _launch(driver, function, stage, A, B)
-    if failure:
-        problems.append(f"normal thread order: {failure}")
-    races = list(report.races)
-    oob = list(report.out_of_bounds)
+            C0, meta["failure"] = _launch(driver, function, stage, A, B, stopped)
+    meta["report"] = analysis.report_data(report)
+    meta["orders"] = []
+    if C0 is not None:
+        arrays["C0"] = C0
+        for s in ORDER_SEEDS:
+            with analysis.thread_order(s):
+                C1, failure = _launch(driver, function, stage, A, B, stopped, reference)
+            meta["orders"].append({"seed": s, "failure": failure})
+            if failure:
+                break
+            arrays[f"C{s}"] = C1
+    meta["stopped"] = bool(stopped)
+    return meta, arrays
+
+
+def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    """The verdict on collect()'s outputs."""
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(NAME, meta["compile_error"], seed)
+    M, N, K = SHAPE
+    report = analysis.report_from(meta.get("report", {}))
+    problems = []
+    if meta.get("failure"):
+        problems.append(f"normal thread order: {meta['failure']}")
+    races, oob = list(report.races), list(report.out_of_bounds)
     if races:
         problems.append(f"{len(races)} race(s) on shared or global memory, e.g.:\n  "
                         + "\n  ".join(analysis.describe(r) for r in races[:SHOW]))
     if oob:
         problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
                         + "\n  ".join(analysis.describe(r) for r in oob[:SHOW]))
+    C0 = returned_matrix(arrays.get("C0"), (M, N))
     if C0 is not None:
-        for s in ORDER_SEEDS:
-            with analysis.thread_order(s):
-                C1, failure = _launch(driver, function, stage, A, B, reference)
-            if failure:
-                problems.append(f"permuted thread order (seed {s:#x}): {failure}")
+        for order in meta.get("orders", []):
+            s = int(order["seed"])
+            if order.get("failure"):
+                problems.append(f"permuted thread order (seed {s:#x}): {order['failure']}")
+                break
+            C1 = returned_matrix(arrays.get(f"C{s}"), (M, N))
+            if C1 is None:
+                problems.append(f"permuted thread order (seed {s:#x}): the grading process returned no C")
                 break
             differ = C0.view(np.uint32) != C1.view(np.uint32)
             if differ.any():
@@ -98,12 +127,19 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
                     "read data that other threads have not written yet (or overwrite it too early): a "
                     "missing __syncthreads()?")
                 break
+        if len(meta.get("orders", [])) < len(ORDER_SEEDS) and not problems:
+            problems.append("the grading process did not return C for every thread order")
         if sgemm.never_written(C0).any():
             problems.append(f"{int(sgemm.never_written(C0).sum())} element(s) of C were never written: only a kernel "
                             "that computes C is credited with being race-free")
+    elif not meta.get("failure"):
+        problems.append("the grading process returned no C")
     shape = f"M={M} N={N} K={K}, random seed {seed}"
+    log = meta.get("log", "")
     if problems:
         return CheckResult.make(NAME, False, f"{shape}:\n" + "\n".join(problems),
-                                details={"seed": seed, **({"did_not_finish": True} if _STOPPED else {})}, output=log)
+                                details={"seed": seed, **({"did_not_finish": True} if meta.get("stopped") else {})},
+                                output=log)
     return CheckResult.make(NAME, True, f"{shape}: no races, no out-of-bounds accesses, the same C in "
                             f"{len(ORDER_SEEDS) + 1} thread orders", details={"seed": seed}, output=log)
+

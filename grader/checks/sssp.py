@@ -11,17 +11,22 @@ counted. Sources: the two minimums of C.
     run_path(source, seed)       the path from the first minimum to the second: 4-connected, starts and
                                  ends at the minimums, its cost (sum of C over every cell but the first)
                                  equals the reported distance and Dijkstra's
+
+Each kernel check X is collect_X(source, seed), what the kernel did (run in
+the sandboxed grading process), and judge_X(meta, arrays, gpu), the verdict
+(computed in the process that started it, from those outputs and the seed);
+run_X is both in one process, for tests and tools.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .. import top2
+from .. import sgemm, top2
 from ..backend import drivers
 from ..report import CheckResult
 from ..sgemm import driver_of
 from ..shortest_paths import SSSP, dijkstra, shortest_paths, sweep
-from .common import launch_errors, launch_failure, start_kernels
+from .common import does_not_compile, launch_errors, launch_failure, returned_matrix, split_run, start_collect
 
 SHAPES = [(1, 2, 4), (1, 70, 8), (67, 1, 8), (45, 39, 16), (100, 130, 16), (150, 97, 8)]
 RTOL_PER_HOP = 2.0 ** -22
@@ -76,40 +81,85 @@ def _reference_c(A, B):
     return C
 
 
-def run_distances(source: str, seed: int | None = None, stop_early: bool = False) -> CheckResult:
-    name = "sssp-distances"
-    start = start_kernels(name, SSSP, source, seed)
-    if isinstance(start, CheckResult):
-        return start
-    seed, fns, log = start
-    rng = np.random.default_rng(seed)
+def _collect(source: str, seed, stop_early: bool = False) -> tuple[dict, dict]:
+    """Each shape's distance maps, path and cost, and the grader's C (its SGEMM on the device)."""
+    meta, fns = start_collect(SSSP, source, seed)
+    if fns is None:
+        return meta, {}
+    rng = np.random.default_rng(meta["seed"])
     drv = driver_of(fns["sssp_relax"])
-    lines, ok, rounds = [], True, {}
-    for M, N, K in SHAPES:
+    meta["shapes"], arrays = [], {}
+    for i, (M, N, K) in enumerate(SHAPES):
         A, B = top2.inputs(M, N, K, rng)
-        what = f"M={M} N={N} K={K}"
         try:
             out = _solve(fns, A, B, stop_early)
         except launch_errors(drv) as e:
-            ok = False
-            lines.append(f"{what}: {launch_failure(drv, e)}")
+            meta["shapes"].append({"failure": launch_failure(drv, e)})
             break
-        C = _reference_c(A, B)
-        (m1, m2) = top2.reference_top2(C, N)
+        meta["shapes"].append({"rounds": [int(r) for r in out["rounds"]], "cost": float(out["cost"]),
+                               "path": [[int(x) for x in p] for p in (out["path"] or [])]})
+        arrays.update({f"C{i}": _reference_c(A, B), f"dist1_{i}": out["dist1"], f"dist2_{i}": out["dist2"]})
+    return meta, arrays
+
+
+def _judged_shapes(meta: dict, arrays: dict):
+    """(what, C, minimums, collected data, index) per shape that ran, or (what, problem) where it did not."""
+    rng = np.random.default_rng(int(meta["seed"]))
+    ran = list(meta.get("shapes", []))
+    for i, (M, N, K) in enumerate(SHAPES):
+        A, B = top2.inputs(M, N, K, rng)
+        what = f"M={M} N={N} K={K}"
+        if i >= len(ran):
+            yield what, "the grading process returned nothing for this shape"
+            return
+        if ran[i].get("failure"):
+            yield what, ran[i]["failure"]
+            return
+        C = returned_matrix(arrays.get(f"C{i}"), (M, N))
+        if C is None or not sgemm.compare(C, A, B).ok:
+            yield what, "the grading process returned no right C from the reference SGEMM"
+            return
+        yield what, C, top2.reference_top2(C, N), ran[i], i
+
+
+def collect_distances(source: str, seed: int | None = None, stop_early: bool = False) -> tuple[dict, dict]:
+    return _collect(source, seed, stop_early)
+
+
+def judge_distances(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    name = "sssp-distances"
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    lines, ok, rounds = [], True, {}
+    for what, *rest in _judged_shapes(meta, arrays):
+        if len(rest) == 1:
+            ok = False
+            lines.append(f"{what}: {rest[0]}")
+            break
+        C, (m1, m2), data, i = rest
+        N = C.shape[1]
         problems = []
-        for i, (m, d) in enumerate(((m1, out["dist1"]), (m2, out["dist2"]))):
-            problems += compare_map(d, C, m[1] * N + m[2], f"{what}, distances from minimum {i + 1} "
-                                    f"(row {m[1]}, col {m[2]})")
-        rounds[what] = out["rounds"]
+        for k, (m, key) in enumerate(((m1, f"dist1_{i}"), (m2, f"dist2_{i}"))):
+            d = returned_matrix(arrays.get(key), C.shape)
+            where = f"{what}, distances from minimum {k + 1} (row {m[1]}, col {m[2]})"
+            problems += [f"{where}: the grading process returned no map"] if d is None else \
+                compare_map(d, C, m[1] * N + m[2], where)
+        rounds[what] = data.get("rounds")
         if problems:
             ok = False
             lines += problems[:SHOW]
         else:
-            lines.append(f"{what}: both maps right ({out['rounds'][0]} and {out['rounds'][1]} launches)")
+            lines.append(f"{what}: both maps right ({data['rounds'][0]} and {data['rounds'][1]} launches)")
     head = (f"both distance maps match Dijkstra on all {len(SHAPES)} shapes" if ok else "wrong") + \
         f" (random seed {seed}; float64 Dijkstra, edge u -> v weighs C[v])"
     return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed, "rounds": rounds},
-                            output=log)
+                            output=meta.get("log", ""))
+
+
+def run_distances(source: str, seed: int | None = None, stop_early: bool = False) -> CheckResult:
+    from ..perf import on_gpu
+    return judge_distances(*collect_distances(source, seed, stop_early), gpu=on_gpu())
 
 
 def check_path(path, C: np.ndarray, m1, m2, cost: float, what: str) -> list[str]:
@@ -139,31 +189,32 @@ def check_path(path, C: np.ndarray, m1, m2, cost: float, what: str) -> list[str]
     return problems
 
 
-def run_path(source: str, seed: int | None = None) -> CheckResult:
+def collect_path(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    return _collect(source, seed)
+
+
+def judge_path(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
     name = "sssp-path"
-    start = start_kernels(name, SSSP, source, seed)
-    if isinstance(start, CheckResult):
-        return start
-    seed, fns, log = start
-    rng = np.random.default_rng(seed)
-    drv = driver_of(fns["sssp_relax"])
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
     lines, ok = [], True
-    for M, N, K in SHAPES:
-        A, B = top2.inputs(M, N, K, rng)
-        what = f"M={M} N={N} K={K}"
-        try:
-            out = shortest_paths(A, B, functions=fns)
-        except launch_errors(drv) as e:
+    for what, *rest in _judged_shapes(meta, arrays):
+        if len(rest) == 1:
             ok = False
-            lines.append(f"{what}: {launch_failure(drv, e)}")
+            lines.append(f"{what}: {rest[0]}")
             break
-        C = _reference_c(A, B)
-        m1, m2 = top2.reference_top2(C, N)
-        problems = check_path(out["path"], C, m1, m2, out["cost"], what)
+        C, (m1, m2), data, _ = rest
+        path = [tuple(p) for p in data.get("path", [])]
+        problems = check_path(path, C, m1, m2, float(data.get("cost", float("nan"))), what)
         if problems:
             ok = False
             lines += problems
         else:
-            lines.append(f"{what}: a path of {len(out['path'])} cells, cost {out['cost']:.7g}")
+            lines.append(f"{what}: a path of {len(path)} cells, cost {float(data['cost']):.7g}")
     head = (f"the path is right on all {len(SHAPES)} shapes" if ok else "wrong") + f" (random seed {seed})"
-    return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed}, output=log)
+    return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed},
+                            output=meta.get("log", ""))
+
+
+run_path = split_run(collect_path, judge_path)

@@ -7,18 +7,23 @@ driver grader.transpose):
                                       permuted thread orders (always on the emulator)
     run_bank_conflicts(source, seed)  the emulator's bank-conflict analysis: a correct transpose through shared
                                       memory with no conflicting request (graded)
+
+Each kernel check X is collect_X(source, seed), what the kernel did (run in
+the sandboxed grading process), and judge_X(meta, arrays, gpu), the verdict
+(computed in the process that started it, from those outputs and the seed);
+run_X is both in one process, for tests and tools.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import transpose
-from ..backend import drivers
 from ..report import CheckResult
 from ..sgemm import driver_of, nan_hint, never_written, poisoned
 from . import emulator_tools as analysis
 from .bank_conflicts_configs import conflict_report
-from .common import GUARD_BITS, launch_errors, launch_failure, start_kernels
+from .common import (GUARD_BITS, does_not_compile, launch_errors, launch_failure, returned_matrix, split_run,
+                     start_collect)
 
 # (rows, cols) of `in`: not square, not multiples of 32 (one of each kind of edge), one row, one column.
 SHAPES = [(1, 1), (1, 45), (45, 1), (33, 65), (100, 37), (31, 97), (257, 130)]
@@ -55,45 +60,71 @@ def _compare(out: np.ndarray, x: np.ndarray) -> str | None:
             f"{want[r, c]:.6g}, got {got:.6g}" + nan_hint(got, "out", "in"))
 
 
-def _guarded(function, x: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """(out, problems) of one guarded launch; problems name guard-zone writes."""
-    rows, cols = x.shape
-    out, before, after = transpose.run_guarded(function, x, guard_floats(rows, cols), GUARD_BITS)
-    problems = []
-    if len(before) or len(after):
-        where = []
-        if len(before):
-            where.append(f"{len(before)} float(s) before out (first at offset {int(before[-1])})")
-        if len(after):
-            where.append(f"{len(after)} float(s) after its end (first at out[{rows * cols + int(after[0])}], past "
-                         f"the last element out[{rows * cols - 1}])")
-        problems.append("wrote outside out: " + " and ".join(where) + " - a missing bounds check?")
-    return out, problems
+def _guard_problems(before, after, rows: int, cols: int) -> list[str]:
+    if not len(before) and not len(after):
+        return []
+    where = []
+    if len(before):
+        where.append(f"{len(before)} float(s) before out (first at offset {int(before[-1])})")
+    if len(after):
+        where.append(f"{len(after)} float(s) after its end (first at out[{rows * cols + int(after[0])}], past "
+                     f"the last element out[{rows * cols - 1}])")
+    return ["wrote outside out: " + " and ".join(where) + " - a missing bounds check?"]
 
 
-def run_correctness(source: str, seed: int | None = None) -> CheckResult:
+def collect_correctness(source: str, seed: int | None = None) -> tuple[dict, dict]:
     from ..perf import on_gpu
-    name = "transpose-correctness"
-    start = start_kernels(name, transpose.TRANSPOSE, source, seed)
-    if isinstance(start, CheckResult):
-        return start
-    seed, fns, log = start
+    meta, fns = start_collect(transpose.TRANSPOSE, source, seed)
+    arrays = {}
+    if fns is None:
+        return meta, arrays
     function = fns["transpose"]
     drv = driver_of(function)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(meta["seed"])
     gpu = on_gpu()
-    ok, lines = True, []
-    for rows, cols in shapes(gpu):
-        shape = f"in {rows} x {cols}"
+    meta["shapes"] = []
+    for i, (rows, cols) in enumerate(shapes(gpu)):
         x = _inputs(rows, cols, rng)
         try:
-            out, problems = _guarded(function, x)
+            out, before, after = transpose.run_guarded(function, x, guard_floats(rows, cols), GUARD_BITS)
         except launch_errors(drv) as e:
-            ok = False
-            lines.append(f"{shape}: {launch_failure(drv, e)}")
+            meta["shapes"].append({"failure": launch_failure(drv, e)})
             if gpu:
                 break               # on a GPU the context is gone after a fault
             continue
+        meta["shapes"].append({"failure": None})
+        arrays.update({f"out{i}": out, f"before{i}": before, f"after{i}": after})
+    return meta, arrays
+
+
+def judge_correctness(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    name = "transpose-correctness"
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    rng = np.random.default_rng(seed)
+    ran = list(meta.get("shapes", []))
+    ok, lines = True, []
+    for i, (rows, cols) in enumerate(shapes(gpu)):
+        shape = f"in {rows} x {cols}"
+        x = _inputs(rows, cols, rng)
+        if i >= len(ran):
+            ok = False
+            if gpu and any(r.get("failure") for r in ran):
+                break                # the rest was not run after a fault
+            lines.append(f"{shape}: the grading process returned no result for this shape")
+            continue
+        if ran[i].get("failure"):
+            ok = False
+            lines.append(f"{shape}: {ran[i]['failure']}")
+            continue
+        out = returned_matrix(arrays.get(f"out{i}"), (cols, rows))
+        if out is None:
+            ok = False
+            lines.append(f"{shape}: the grading process returned no out of this shape")
+            continue
+        problems = _guard_problems(np.asarray(arrays.get(f"before{i}", [])), np.asarray(arrays.get(f"after{i}", [])),
+                                   rows, cols)
         wrong = _compare(out, x)
         problems += [wrong] if wrong else []
         if problems:
@@ -103,7 +134,8 @@ def run_correctness(source: str, seed: int | None = None) -> CheckResult:
             lines.append(f"{shape}: out ({cols} x {rows}) correct")
     head = (f"correct on all {len(shapes(gpu))} shapes" if ok else "wrong") + \
         f" (random seed {seed}; grid ceil(cols / 32) x ceil(rows / 32) blocks of 32 x 32 threads)"
-    return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed}, output=log)
+    return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed},
+                            output=meta.get("log", ""))
 
 
 def _launch(function, x: np.ndarray):
@@ -123,18 +155,38 @@ def _launch(function, x: np.ndarray):
     return out, None
 
 
-def run_races(source: str, seed: int | None = None) -> CheckResult:
-    name = "transpose-races"
-    start = start_kernels(name, transpose.TRANSPOSE, source, seed, on_emulator=True)
-    if isinstance(start, CheckResult):
-        return start
-    seed, fns, log = start
+def collect_races(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    meta, fns = start_collect(transpose.TRANSPOSE, source, seed, on_emulator=True)
+    if fns is None:
+        return meta, {}
     function = fns["transpose"]
-    rows, cols = RACES_SHAPE
-    x = _inputs(rows, cols, np.random.default_rng(seed))
-    problems = []
+    x = _inputs(*RACES_SHAPE, np.random.default_rng(meta["seed"]))
+    arrays = {}
     with analysis.thread_order(0), analysis.analysis() as report:
-        out0, failure = _launch(function, x)
+        out0, meta["failure"] = _launch(function, x)
+    meta["report"] = analysis.report_data(report)
+    meta["orders"] = []
+    if out0 is not None:
+        arrays["out0"] = out0
+        for s in ORDER_SEEDS:
+            with analysis.thread_order(s):
+                out1, failure = _launch(function, x)
+            meta["orders"].append({"seed": s, "failure": failure})
+            if failure:
+                break
+            arrays[f"out{s}"] = out1
+    return meta, arrays
+
+
+def judge_races(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    name = "transpose-races"
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    rows, cols = RACES_SHAPE
+    report = analysis.report_from(meta.get("report", {}))
+    failure = meta.get("failure")
+    problems = []
     if failure:
         problems.append(f"normal thread order: {failure}")
     races, oob = list(report.races), list(report.out_of_bounds)
@@ -145,12 +197,16 @@ def run_races(source: str, seed: int | None = None) -> CheckResult:
     if oob and not failure:
         problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
                         + "\n  ".join(analysis.describe(r) for r in oob[:SHOW]))
+    out0 = returned_matrix(arrays.get("out0"), (cols, rows))
     if out0 is not None:
-        for s in ORDER_SEEDS:
-            with analysis.thread_order(s):
-                out1, failure = _launch(function, x)
-            if failure:
-                problems.append(f"permuted thread order (seed {s:#x}): {failure}")
+        for order in meta.get("orders", []):
+            s = int(order["seed"])
+            if order.get("failure"):
+                problems.append(f"permuted thread order (seed {s:#x}): {order['failure']}")
+                break
+            out1 = returned_matrix(arrays.get(f"out{s}"), (cols, rows))
+            if out1 is None:
+                problems.append(f"permuted thread order (seed {s:#x}): the grading process returned no out")
                 break
             differ = out0.view(np.uint32) != out1.view(np.uint32)
             if differ.any():
@@ -161,32 +217,48 @@ def run_races(source: str, seed: int | None = None) -> CheckResult:
                     f"{out0[r, c]:.6g} in the normal order, {out1[r, c]:.6g} permuted - threads read tile elements "
                     "that other threads have not written yet: a missing __syncthreads()?")
                 break
+        if len(meta.get("orders", [])) < len(ORDER_SEEDS) and not problems:
+            problems.append("the grading process did not return out for every thread order")
         if never_written(out0).any():
             problems.append(f"{int(never_written(out0).sum())} element(s) of out were never written: only a kernel that "
                             "transposes is credited with being race-free")
+    elif not failure:
+        problems.append("the grading process returned no out")
     shape = f"in {rows} x {cols}, random seed {seed}"
+    log = meta.get("log", "")
     if problems:
         return CheckResult.make(name, False, f"{shape}:\n" + "\n".join(problems), details={"seed": seed}, output=log)
     return CheckResult.make(name, True, f"{shape}: no races, no out-of-bounds accesses, the same out in "
                             f"{len(ORDER_SEEDS) + 1} thread orders", details={"seed": seed}, output=log)
 
 
-def run_bank_conflicts(source: str, seed: int | None = None) -> CheckResult:
+def collect_bank_conflicts(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    meta, fns = start_collect(transpose.TRANSPOSE, source, seed, on_emulator=True)
+    if fns is None:
+        return meta, {}
+    x = _inputs(*CONFLICTS_SHAPE, np.random.default_rng(meta["seed"]))
+    with analysis.thread_order(0), analysis.analysis() as report:
+        out, meta["failure"] = _launch(fns["transpose"], x)
+    meta["report"] = analysis.report_data(report)
+    return meta, {} if out is None else {"out": out}
+
+
+def judge_bank_conflicts(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
     name = "transpose-bank-conflicts"
-    start = start_kernels(name, transpose.TRANSPOSE, source, seed, on_emulator=True)
-    if isinstance(start, CheckResult):
-        return start
-    seed, fns, log = start
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
     rows, cols = CONFLICTS_SHAPE
     x = _inputs(rows, cols, np.random.default_rng(seed))
     shape = f"in {rows} x {cols}"
-    with analysis.thread_order(0), analysis.analysis() as report:
-        out, failure = _launch(fns["transpose"], x)
-    if failure:
-        return CheckResult.make(name, False, f"{shape}: {failure}", details={"seed": seed}, output=log)
+    log = meta.get("log", "")
+    if meta.get("failure"):
+        return CheckResult.make(name, False, f"{shape}: {meta['failure']}", details={"seed": seed}, output=log)
+    report = analysis.report_from(meta.get("report", {}))
     free, text, html, details = conflict_report(report)
     details["seed"] = seed
-    wrong = _compare(out, x)
+    out = returned_matrix(arrays.get("out"), (cols, rows))
+    wrong = "the grading process returned no out" if out is None else _compare(out, x)
     sites = {r.op for r in report.bank_conflicts}
     if wrong:
         return CheckResult.make(name, False, f"{shape}: {wrong} - only a correct transpose is credited with being "
@@ -197,3 +269,8 @@ def run_bank_conflicts(source: str, seed: int | None = None) -> CheckResult:
                                 "transposes through a shared tile (so that both the reads of in and the writes of "
                                 "out are coalesced)", details=details, output=log)
     return CheckResult.make(name, free, f"{shape}: " + text, html=html, details=details, output=log)
+
+
+run_correctness = split_run(collect_correctness, judge_correctness)
+run_races = split_run(collect_races, judge_races)
+run_bank_conflicts = split_run(collect_bank_conflicts, judge_bank_conflicts)

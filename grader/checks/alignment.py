@@ -26,10 +26,9 @@ import numpy as np
 
 from .. import sgemm
 from ..backend import drivers
-from ..compiler import CompileFailed
 from ..report import CheckResult
 from . import emulator_tools as analysis
-from .common import GUARD_BITS, compile_function, does_not_compile, launch_errors, launch_failure, new_seed
+from .common import GUARD_BITS, does_not_compile, launch_errors, launch_failure, start_stage_collect
 
 NAME = "alignment"
 GUARD = 64                   # poisoned floats before and after C (16-byte multiples)
@@ -167,15 +166,12 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
 
 def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
     """Every case's launch, nothing judged."""
-    seed = new_seed() if seed is None else int(seed)
-    meta = {"seed": seed, "log": "", "compile_error": None, "cases": []}
-    driver, _ = drivers(on_emulator=True)
-    try:
-        function, meta["log"] = compile_function(stage, source, on_emulator=True)
-    except CompileFailed as e:
-        meta["compile_error"] = str(e)
+    meta, function = start_stage_collect(stage, source, seed, on_emulator=True)
+    meta["cases"] = []
+    if function is None:
         return meta, {}
-    rng = np.random.default_rng(seed)
+    driver, _ = drivers(on_emulator=True)
+    rng = np.random.default_rng(meta["seed"])
     arrays = {}
     for i, case in enumerate(CASES):
         data, host = collect_case(driver, function, stage, case, rng)

@@ -6,15 +6,8 @@ from __future__ import annotations
 
 import html as _html
 
-import numpy as np
-
-from .. import sgemm
-from ..backend import drivers
-from ..compiler import CompileFailed
 from ..report import FAILED, NOT_GRADED, PASSED, CheckResult
-from . import emulator_tools as analysis
-from .common import (compile_function, did_not_finish, does_not_compile, launch_budget, launch_errors, launch_failure,
-                     returned_matrix)
+from . import analysed_launch
 
 NAME = "bank-conflicts"
 
@@ -31,57 +24,17 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
 
 def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
     """What the kernel did, nothing judged: C and the analysis' shared-memory records of one launch."""
-    meta = {"seed": seed, "log": "", "compile_error": None, "failure": None, "stopped": False}
-    driver, _ = drivers(on_emulator=True)
-    try:
-        function, meta["log"] = compile_function(stage, source, on_emulator=True)
-    except CompileFailed as e:
-        meta["compile_error"] = str(e)
-        return meta, {}
-    M, N, K = shape(stage)
-    A, B = _inputs(stage)
-    launch = stage.launch(M, N, K)
-    a, b = driver.to_device(A), driver.to_device(B)
-    c = driver.to_device(sgemm.poisoned((M, N)))
-
-    def analysed_reference():
-        reference = compile_function(stage, stage.source(), on_emulator=True)[0]
-        c_ref = driver.to_device(sgemm.poisoned((M, N)))
-        with analysis.thread_order(0), analysis.analysis():
-            sgemm.launch_kernel(reference, launch, M, N, K, a, b, c_ref)
-
-    with launch_budget((NAME, stage.id, M, N, K), analysed_reference), \
-            analysis.thread_order(0), analysis.analysis() as report:
-        try:
-            sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
-        except launch_errors(driver) as e:
-            meta["failure"], meta["stopped"] = launch_failure(driver, e), did_not_finish(e)
-            return meta, {}
-    C = np.empty((M, N), dtype=np.float32)
-    driver.memcpy_dtoh(C, c)
-    meta["report"] = analysis.report_data(report)
-    return meta, {"C": C}
-
-
-def _inputs(stage):
-    M, N, K = shape(stage)
-    return sgemm.random_inputs(M, N, K, np.random.default_rng(0))
+    return analysed_launch.collect(NAME, stage, source, seed, shape(stage))
 
 
 def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
     """The verdict on collect()'s outputs."""
     graded = bool(stage.bank_conflict_free)
     M, N, K = shape(stage)
-    if meta.get("compile_error") is not None:
-        return does_not_compile(NAME, meta["compile_error"])
-    if meta.get("failure"):
-        return CheckResult(NAME, FAILED if graded else NOT_GRADED, f"M={M} N={N} K={K}: {meta['failure']}", 0.0,
-                           details={"did_not_finish": True} if meta.get("stopped") else {})
-    log = meta.get("log", "")
-    report = analysis.report_from(meta.get("report", {}))
-    C = returned_matrix(arrays.get("C"), (M, N))
-    A, B = _inputs(stage)
-    computed = sgemm.compare(C if C is not None else sgemm.poisoned((M, N)), A, B)
+    judged = analysed_launch.outputs(NAME, meta, arrays, (M, N, K), graded)
+    if isinstance(judged, CheckResult):
+        return judged
+    report, computed, log = judged
     records = sorted((r for r in report.bank_conflicts if r.wavefronts > r.ideal_wavefronts),
                      key=lambda r: (-r.max_ways, r.ideal_wavefronts - r.wavefronts, r.line))
     ld, st = int(report.conflicts_ld), int(report.conflicts_st)

@@ -10,15 +10,8 @@ from __future__ import annotations
 import html as _html
 import re
 
-import numpy as np
-
-from .. import sgemm
-from ..backend import drivers
-from ..compiler import CompileFailed
 from ..report import FAILED, NOT_GRADED, PASSED, CheckResult
-from . import emulator_tools as analysis
-from .common import (compile_function, did_not_finish, does_not_compile, launch_budget, launch_errors, launch_failure,
-                     returned_matrix)
+from . import analysed_launch
 
 NAME = "coalescing"
 GRADED = {"coalesced"}
@@ -60,59 +53,20 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
     return judge(stage, *collect(stage, source, seed), gpu=False)
 
 
-def _inputs():
-    M, N, K = SHAPE
-    return sgemm.random_inputs(M, N, K, np.random.default_rng(0))
-
 
 def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
     """What the kernel did, nothing judged: C and the analysis' global-memory records of one launch."""
-    meta = {"seed": seed, "log": "", "compile_error": None, "failure": None, "stopped": False}
-    driver, _ = drivers(on_emulator=True)
-    try:
-        function, meta["log"] = compile_function(stage, source, on_emulator=True)
-    except CompileFailed as e:
-        meta["compile_error"] = str(e)
-        return meta, {}
-    M, N, K = SHAPE
-    A, B = _inputs()
-    launch = stage.launch(M, N, K)
-    a, b = driver.to_device(A), driver.to_device(B)
-    c = driver.to_device(sgemm.poisoned((M, N)))
-
-    def analysed_reference():
-        reference = compile_function(stage, stage.source(), on_emulator=True)[0]
-        c_ref = driver.to_device(sgemm.poisoned((M, N)))
-        with analysis.analysis():
-            sgemm.launch_kernel(reference, launch, M, N, K, a, b, c_ref)
-
-    with launch_budget((NAME, stage.id, M, N, K), analysed_reference), analysis.analysis() as report:
-        try:
-            sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
-        except launch_errors(driver) as e:
-            meta["failure"], meta["stopped"] = launch_failure(driver, e), did_not_finish(e)
-            return meta, {}
-    C = np.empty((M, N), dtype=np.float32)
-    driver.memcpy_dtoh(C, c)
-    meta["report"] = analysis.report_data(report)
-    return meta, {"C": C}
+    return analysed_launch.collect(NAME, stage, source, seed, SHAPE)
 
 
 def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
     """The verdict on collect()'s outputs."""
     graded = stage.id in GRADED
     M, N, K = SHAPE
-    if meta.get("compile_error") is not None:
-        return does_not_compile(NAME, meta["compile_error"])
-    if meta.get("failure"):
-        return CheckResult(NAME, FAILED if graded else NOT_GRADED, f"M={M} N={N} K={K}: {meta['failure']}", 0.0,
-                           details={"did_not_finish": True} if meta.get("stopped") else {})
-    log = meta.get("log", "")
-    report = analysis.report_from(meta.get("report", {}))
-    C = returned_matrix(arrays.get("C"), (M, N))
-    A, B = _inputs()
-    computed = sgemm.compare(C if C is not None else sgemm.poisoned((M, N)), A, B)
-
+    judged = analysed_launch.outputs(NAME, meta, arrays, SHAPE, graded)
+    if isinstance(judged, CheckResult):
+        return judged
+    report, computed, log = judged
     records = sorted(report.global_accesses, key=lambda r: (r.line, r.op, array_name(r.buffer)))
     bad = sorted((r for r in records if uncoalesced(r)), key=lambda r: -r.sectors / max(r.ideal_sectors, 1))
     details = {"requests_ld": report.requests("ld"), "sectors_ld": report.sectors("ld"),

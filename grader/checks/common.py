@@ -92,6 +92,18 @@ def split_run(collect, judge):
     return run
 
 
+def start_stage_collect(stage: Stage, source: str, seed: int | None, on_emulator: bool = False):
+    """How collect() of an SGEMM stage's check starts: (meta with the seed and the compiler's log or error,
+    the stage's kernel as a Function, or None when the source does not compile)."""
+    meta = {"seed": new_seed() if seed is None else int(seed), "log": "", "compile_error": None}
+    try:
+        function, meta["log"] = compile_function(stage, source, on_emulator)
+    except CompileFailed as e:
+        meta["compile_error"] = str(e)
+        return meta, None
+    return meta, function
+
+
 def start_collect(kernels: Kernels, source: str, seed: int | None, on_emulator: bool = False):
     """How collect() of a check of labs 4, 7 and 8 starts: (meta with the seed and the compiler's log or
     error, {kernel: Function} or None when the source does not compile)."""

@@ -8,9 +8,8 @@ import numpy as np
 from .. import sgemm
 from ..report import CheckResult, png_base64
 from ..backend import drivers
-from ..compiler import CompileFailed
-from .common import (compile_function, did_not_finish, launch_budget, launch_errors, launch_failure, new_seed,
-                     run_guarded)
+from .common import (compile_function, did_not_finish, launch_budget, launch_errors, launch_failure, run_guarded,
+                     start_stage_collect)
 
 NAME = "correctness"
 # Not multiples of 8, 16, 32, 64 or 128 in any dimension, one of them a single row.
@@ -58,16 +57,12 @@ def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
     process that started it, from these outputs and the seed alone (a kernel
     that scribbled over the grading process's memory cannot forge it)."""
     from ..perf import on_gpu
-    seed = new_seed() if seed is None else int(seed)
-    rng = np.random.default_rng(seed)
-    driver, _ = drivers()
-    meta = {"seed": seed, "log": "", "compile_error": None, "shapes": []}
-    arrays = {}
-    try:
-        function, meta["log"] = compile_function(stage, source)
-    except CompileFailed as e:
-        meta["compile_error"] = str(e)
+    meta, function = start_stage_collect(stage, source, seed)
+    meta["shapes"], arrays = [], {}
+    if function is None:
         return meta, arrays
+    rng = np.random.default_rng(meta["seed"])
+    driver, _ = drivers()
     gpu = on_gpu()
     reference = []
 

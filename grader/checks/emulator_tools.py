@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
+import numpy as np
+
 from .. import emulator
 from ..emulator.analysis import BankConflicts, Finding, GlobalAccesses, Race, Report
 
@@ -50,3 +52,25 @@ def report_from(data: dict):
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
     return Report(**{key: [record(cls, f) for f in data.get(key, [])] for key, cls in RECORDS.items()},
                   launches=int(data.get("launches", 0)), global_dropped=int(data.get("global_dropped", 0)))
+
+
+def order_problems(first, orders: list[dict], returned, expected: int, name: str, cause: str) -> list[str]:
+    """What the runs in permuted thread orders show against `first`, the normal order's result: the
+    first failure or difference, in one line. `orders` as a grading process collected them
+    ({"seed", "failure"}), `returned(seed)` that order's array (None: missing)."""
+    for order in orders:
+        s = int(order["seed"])
+        if order.get("failure"):
+            return [f"permuted thread order (seed {s:#x}): {order['failure']}"]
+        other = returned(s)
+        if other is None:
+            return [f"permuted thread order (seed {s:#x}): the grading process returned no {name}"]
+        differ = first.view(np.uint32) != other.view(np.uint32)
+        if differ.any():
+            r, c = (int(v) for v in np.argwhere(differ)[0])
+            return [f"the result depends on the order in which threads run: with the threads of each block in a "
+                    f"permuted order (seed {s:#x}) {int(differ.sum())} element(s) of {name} differ, first "
+                    f"{name}[{r}][{c}]: {first[r, c]:.6g} in the normal order, {other[r, c]:.6g} permuted - {cause}"]
+    if len(orders) < expected:
+        return [f"the grading process did not return {name} for every thread order"]
+    return []

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from ..report import FAILED, NOT_GRADED, PASSED, CheckResult, png_base64
 from . import thresholds
-from ..compiler import CompileFailed
-from .common import compile_function, new_seed
+from .common import new_seed, start_stage_collect
 
 NAME = "performance"
 BUDGET_S = 120.0
@@ -45,15 +44,12 @@ def collect(stage, source: str, seed: int | None = None, table: dict | None = No
     previous stage's reference where the threshold asks for it."""
     from .. import perf
     from . import correctness
-    seed = new_seed() if seed is None else int(seed)
-    meta = {"seed": seed, "log": "", "compile_error": None}
     if not perf.on_gpu():
+        return {"seed": new_seed() if seed is None else int(seed)}, {}
+    meta, function = start_stage_collect(stage, source, seed)
+    if function is None:
         return meta, {}
-    try:
-        function, meta["log"] = compile_function(stage, source)
-    except CompileFailed as e:
-        meta["compile_error"] = str(e)
-        return meta, {}
+    seed = meta["seed"]
     meta["correctness"], arrays = correctness.collect(stage, source, seed)
     if correctness.judge(stage, meta["correctness"], arrays, gpu=True).status != PASSED:
         return meta, arrays

@@ -8,11 +8,10 @@ import numpy as np
 
 from .. import sgemm
 from ..backend import drivers
-from ..compiler import CompileFailed
 from ..report import CheckResult
 from . import emulator_tools as analysis
 from .common import (compile_function, did_not_finish, does_not_compile, launch_budget, launch_errors,
-                     launch_failure, new_seed, returned_matrix)
+                     launch_failure, returned_matrix, start_stage_collect)
 
 NAME = "races"
 SHAPE = (45, 39, 37)                 # not a tile multiple: edge blocks are exercised
@@ -50,14 +49,11 @@ def run(stage, source: str, seed: int | None = None) -> CheckResult:
 
 def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
     """What the kernel did, nothing judged: C in each thread order, the analysis' races and bad accesses."""
-    seed = new_seed() if seed is None else int(seed)
-    meta = {"seed": seed, "log": "", "compile_error": None}
-    driver, _ = drivers(on_emulator=True)
-    try:
-        function, meta["log"] = compile_function(stage, source, on_emulator=True)
-    except CompileFailed as e:
-        meta["compile_error"] = str(e)
+    meta, function = start_stage_collect(stage, source, seed, on_emulator=True)
+    if function is None:
         return meta, {}
+    seed = meta["seed"]
+    driver, _ = drivers(on_emulator=True)
     M, N, K = SHAPE
     A, B = sgemm.random_inputs(M, N, K, np.random.default_rng(seed))
     compiled, stopped, arrays = [], [], {}
@@ -108,27 +104,10 @@ def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
                         + "\n  ".join(analysis.describe(r) for r in oob[:SHOW]))
     C0 = returned_matrix(arrays.get("C0"), (M, N))
     if C0 is not None:
-        for order in meta.get("orders", []):
-            s = int(order["seed"])
-            if order.get("failure"):
-                problems.append(f"permuted thread order (seed {s:#x}): {order['failure']}")
-                break
-            C1 = returned_matrix(arrays.get(f"C{s}"), (M, N))
-            if C1 is None:
-                problems.append(f"permuted thread order (seed {s:#x}): the grading process returned no C")
-                break
-            differ = C0.view(np.uint32) != C1.view(np.uint32)
-            if differ.any():
-                r, c = np.argwhere(differ)[0]
-                problems.append(
-                    f"the result depends on the order in which threads run: with the threads of each block "
-                    f"in a permuted order (seed {s:#x}) {int(differ.sum())} element(s) of C differ, first "
-                    f"C[{r}][{c}]: {C0[r, c]:.6g} in the normal order, {C1[r, c]:.6g} permuted - threads "
-                    "read data that other threads have not written yet (or overwrite it too early): a "
-                    "missing __syncthreads()?")
-                break
-        if len(meta.get("orders", [])) < len(ORDER_SEEDS) and not problems:
-            problems.append("the grading process did not return C for every thread order")
+        problems += analysis.order_problems(
+            C0, meta.get("orders", []), lambda s: returned_matrix(arrays.get(f"C{s}"), (M, N)), len(ORDER_SEEDS), "C",
+            "threads read data that other threads have not written yet (or overwrite it too early): a missing "
+            "__syncthreads()?")
         if sgemm.never_written(C0).any():
             problems.append(f"{int(sgemm.never_written(C0).sum())} element(s) of C were never written: only a kernel "
                             "that computes C is credited with being race-free")

@@ -199,26 +199,10 @@ def judge_races(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
                         + "\n  ".join(analysis.describe(r) for r in oob[:SHOW]))
     out0 = returned_matrix(arrays.get("out0"), (cols, rows))
     if out0 is not None:
-        for order in meta.get("orders", []):
-            s = int(order["seed"])
-            if order.get("failure"):
-                problems.append(f"permuted thread order (seed {s:#x}): {order['failure']}")
-                break
-            out1 = returned_matrix(arrays.get(f"out{s}"), (cols, rows))
-            if out1 is None:
-                problems.append(f"permuted thread order (seed {s:#x}): the grading process returned no out")
-                break
-            differ = out0.view(np.uint32) != out1.view(np.uint32)
-            if differ.any():
-                r, c = (int(v) for v in np.argwhere(differ)[0])
-                problems.append(
-                    f"the result depends on the order in which threads run: with the threads of each block in a "
-                    f"permuted order (seed {s:#x}) {int(differ.sum())} element(s) of out differ, first out[{r}][{c}]: "
-                    f"{out0[r, c]:.6g} in the normal order, {out1[r, c]:.6g} permuted - threads read tile elements "
-                    "that other threads have not written yet: a missing __syncthreads()?")
-                break
-        if len(meta.get("orders", [])) < len(ORDER_SEEDS) and not problems:
-            problems.append("the grading process did not return out for every thread order")
+        problems += analysis.order_problems(
+            out0, meta.get("orders", []), lambda s: returned_matrix(arrays.get(f"out{s}"), (cols, rows)),
+            len(ORDER_SEEDS), "out", "threads read tile elements that other threads have not written yet: a missing "
+            "__syncthreads()?")
         if never_written(out0).any():
             problems.append(f"{int(never_written(out0).sum())} element(s) of out were never written: only a kernel that "
                             "transposes is credited with being race-free")

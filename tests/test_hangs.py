@@ -2,7 +2,8 @@
 of the student's kernel on the emulator is stopped after HANG_FACTOR x the
 reference kernel's time for the same launch (at least HANG_FLOOR_S), the check
 that saw it says so, and the submission's other checks say "not run: the
-kernel did not finish" without running it again."""
+kernel did not finish" without running it again. The kernels of labs 4, 7 and 8
+are stopped the same way, their budget set by the reference solution's launches."""
 from __future__ import annotations
 
 import time
@@ -10,7 +11,7 @@ import time
 import pytest
 
 import grader
-from grader import frontend
+from grader import frontend, isolation
 from grader.checks import common
 
 from conftest import emulator_only
@@ -84,3 +85,28 @@ def test_the_budget_is_per_launch_and_shape():
     msg = report["correctness"].message
     assert "M=17 N=33 K=9: all 561 elements correct" in msg, msg
     assert "M=256 N=384 K=128: the kernel did not finish" in msg, msg
+
+
+def _hanging(file: str, kernel: str) -> str:
+    """The reference solution with the kernel spinning forever at its start."""
+    import re
+    source = (isolation.ROOT / "solutions" / file).read_text()
+    hung, n = re.subn(rf"(__global__ void {kernel}\([^)]*\)\s*\{{)", r"\1 volatile int spin_ = 1; while (spin_) { }",
+                      source, count=1)
+    assert n == 1
+    return hung
+
+
+@emulator_only
+@pytest.mark.parametrize("exercise, check, file, kernel", [
+    ("transpose", "transpose-correctness", "transpose.cu", "transpose"),
+    ("top2", "top2-races", "top2.cu", "top2"),
+    ("sssp", "sssp-distances", "sssp.cu", "sssp_relax"),
+])
+def test_a_hanging_kernel_of_labs_4_7_and_8_costs_seconds(exercise, check, file, kernel):
+    start = time.monotonic()
+    result = isolation.run_check(exercise, check, _hanging(file, kernel), seed=2)
+    elapsed = time.monotonic() - start
+    assert not result.passed and result.details.get("did_not_finish"), result.message
+    assert "did not finish" in result.message and f"{common.HANG_FACTOR} x the reference" in result.message
+    assert elapsed < 60, elapsed

@@ -71,6 +71,16 @@ def launch_budget(key, reference, emulated: bool = True):
         emulator.set_launch_timeout(old)
 
 
+@contextlib.contextmanager
+def reference_budget(key, kernels: Kernels, launches, on_emulator: bool = False):
+    """launch_budget for a check of labs 4, 7 and 8: `launches(functions)` makes the check's launches;
+    made with the reference solution's functions, they set the budget of the student's launches inside."""
+    from ..perf import on_gpu
+    with launch_budget(key, lambda: launches(kernels.compile(on_emulator=on_emulator)[0]),
+                       emulated=on_emulator or not on_gpu()) as budget:
+        yield budget
+
+
 def compile_function(stage: Stage, source: str, on_emulator: bool = False):
     """(the stage's kernel as a Function, compiler log). Raises CompileFailed."""
     functions, log = compile_kernels(source, [stage.kernel], stage.options(), on_emulator)

@@ -26,8 +26,8 @@ from ..report import CheckResult
 from ..sgemm import driver_of
 from ..transfers import count_dtoh
 from . import emulator_tools as analysis
-from .common import (does_not_compile, launch_errors, launch_failure, new_seed, returned_matrix, split_run,
-                     start_collect)
+from .common import (does_not_compile, launch_errors, launch_failure, new_seed, reference_budget,
+                     returned_matrix, split_run, start_collect)
 
 HOST_BYTES = 64      # two 8-byte keys and a few flags
 HOST_FUNCTION = "minimums"
@@ -116,23 +116,29 @@ def collect_top2(source: str, seed: int | None = None) -> tuple[dict, dict]:
         return meta, {}
     rng = np.random.default_rng(meta["seed"])
     drv = driver_of(fns["top2"])
-    meta["cases"] = []
-    for what, x in adversarial(rng):
-        try:
-            xd = drv.to_device(np.ascontiguousarray(x))
-            keys = top2.top2_keys(fns["top2"], xd, x.size)
-            xd.free()
-        except launch_errors(drv) as e:
-            meta["cases"].append({"failure": launch_failure(drv, e)})
-            return meta, {}
-        meta["cases"].append({"keys": list(keys)})
+    cases = adversarial(rng)
     M, N, K = TOP2_SGEMM_SHAPE
     A, B = top2.inputs(M, N, K, rng)
-    c, _, _ = top2.sgemm_on_device(A, B)
-    C = np.empty((M, N), np.float32)
-    drv.memcpy_dtoh(C, c)
-    meta["sgemm_keys"] = list(top2.top2_keys(fns["top2"], c, M * N))
-    c.free()
+
+    def keys(functions, x):
+        xd = drv.to_device(np.ascontiguousarray(x))
+        found = top2.top2_keys(functions["top2"], xd, x.size)
+        xd.free()
+        return found
+
+    meta["cases"] = []
+    with reference_budget(("top2-exact",), top2.TOP2, lambda ref: [keys(ref, x) for _, x in cases]):
+        for what, x in cases:
+            try:
+                meta["cases"].append({"keys": list(keys(fns, x))})
+            except launch_errors(drv) as e:
+                meta["cases"].append({"failure": launch_failure(drv, e)})
+                return meta, {}
+        c, _, _ = top2.sgemm_on_device(A, B)
+        C = np.empty((M, N), np.float32)
+        drv.memcpy_dtoh(C, c)
+        meta["sgemm_keys"] = list(top2.top2_keys(fns["top2"], c, M * N))
+        c.free()
     return meta, {"C": C}
 
 
@@ -181,17 +187,22 @@ def _collect_races(kernels, source: str, seed, launch) -> tuple[dict, dict]:
     if fns is None:
         return meta, {}
     drv = drivers(on_emulator=True)[0]
-    try:
+
+    def analysed(functions):
         with analysis.thread_order(0), analysis.analysis() as report:
-            meta["keys"] = list(launch(fns, np.random.default_rng(meta["seed"])))
-    except launch_errors(drv) as e:
-        meta["failure"] = launch_failure(drv, e)
-        return meta, {}
-    meta["report"] = analysis.report_data(report)
-    meta["orders"] = []
-    for s in RACES_ORDERS:
-        with analysis.thread_order(s):
-            meta["orders"].append({"seed": s, "keys": list(launch(fns, np.random.default_rng(meta["seed"])))})
+            return list(launch(functions, np.random.default_rng(meta["seed"]))), report
+
+    with reference_budget((kernels.file, "races"), kernels, analysed, on_emulator=True):
+        try:
+            meta["keys"], report = analysed(fns)
+            meta["report"] = analysis.report_data(report)
+            meta["orders"] = []
+            for s in RACES_ORDERS:
+                with analysis.thread_order(s):
+                    keys = launch(fns, np.random.default_rng(meta["seed"]))
+                meta["orders"].append({"seed": s, "keys": list(keys)})
+        except launch_errors(drv) as e:
+            meta["failure"] = launch_failure(drv, e)
     return meta, {}
 
 
@@ -267,15 +278,18 @@ def collect_fused(source: str, seed: int | None = None) -> tuple[dict, dict]:
     if fns is None:
         return meta, {}
     drv = driver_of(fns["sgemm_top2"])
+    cases = fused_cases(np.random.default_rng(meta["seed"]))
     meta["cases"], arrays = [], {}
-    for i, (_, A, B) in enumerate(fused_cases(np.random.default_rng(meta["seed"]))):
-        try:
-            k1, k2, C = top2.fused_keys(fns["sgemm_top2"], A, B, keep_c=True)
-        except launch_errors(drv) as e:
-            meta["cases"].append({"failure": launch_failure(drv, e)})
-            break
-        meta["cases"].append({"keys": [k1, k2]})
-        arrays[f"C{i}"] = C
+    with reference_budget(("sgemm-top2-exact",), top2.FUSED,
+                          lambda ref: [top2.fused_keys(ref["sgemm_top2"], A, B) for _, A, B in cases]):
+        for i, (_, A, B) in enumerate(cases):
+            try:
+                k1, k2, C = top2.fused_keys(fns["sgemm_top2"], A, B, keep_c=True)
+            except launch_errors(drv) as e:
+                meta["cases"].append({"failure": launch_failure(drv, e)})
+                break
+            meta["cases"].append({"keys": [k1, k2]})
+            arrays[f"C{i}"] = C
     return meta, arrays
 
 

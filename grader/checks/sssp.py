@@ -26,7 +26,8 @@ from ..backend import drivers
 from ..report import CheckResult
 from ..sgemm import driver_of
 from ..shortest_paths import SSSP, dijkstra, shortest_paths, sweep
-from .common import does_not_compile, launch_errors, launch_failure, returned_matrix, split_run, start_collect
+from .common import (does_not_compile, launch_errors, launch_failure, reference_budget, returned_matrix, split_run,
+                     start_collect)
 
 SHAPES = [(1, 2, 4), (1, 70, 8), (67, 1, 8), (45, 39, 16), (100, 130, 16), (150, 97, 8)]
 RTOL_PER_HOP = 2.0 ** -22
@@ -88,17 +89,21 @@ def _collect(source: str, seed, stop_early: bool = False) -> tuple[dict, dict]:
         return meta, {}
     rng = np.random.default_rng(meta["seed"])
     drv = driver_of(fns["sssp_relax"])
+    inputs = [top2.inputs(M, N, K, rng) for M, N, K in SHAPES]
     meta["shapes"], arrays = [], {}
-    for i, (M, N, K) in enumerate(SHAPES):
-        A, B = top2.inputs(M, N, K, rng)
-        try:
-            out = _solve(fns, A, B, stop_early)
-        except launch_errors(drv) as e:
-            meta["shapes"].append({"failure": launch_failure(drv, e)})
-            break
-        meta["shapes"].append({"rounds": [int(r) for r in out["rounds"]], "cost": float(out["cost"]),
-                               "path": [[int(x) for x in p] for p in (out["path"] or [])]})
-        arrays.update({f"C{i}": _reference_c(A, B), f"dist1_{i}": out["dist1"], f"dist2_{i}": out["dist2"]})
+    largest = max(inputs, key=lambda ab: ab[0].shape[0] * ab[1].shape[1])
+    # The budget of one launch: a solve of the largest shape stopped after one round (a whole solve is
+    # tens of launches).
+    with reference_budget(("sssp",), SSSP, lambda ref: shortest_paths(*largest, functions=ref, max_rounds=1)):
+        for i, (A, B) in enumerate(inputs):
+            try:
+                out = _solve(fns, A, B, stop_early)
+            except launch_errors(drv) as e:
+                meta["shapes"].append({"failure": launch_failure(drv, e)})
+                break
+            meta["shapes"].append({"rounds": [int(r) for r in out["rounds"]], "cost": float(out["cost"]),
+                                   "path": [[int(x) for x in p] for p in (out["path"] or [])]})
+            arrays.update({f"C{i}": _reference_c(A, B), f"dist1_{i}": out["dist1"], f"dist2_{i}": out["dist2"]})
     return meta, arrays
 
 

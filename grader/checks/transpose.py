@@ -22,8 +22,8 @@ from ..report import CheckResult
 from ..sgemm import driver_of, nan_hint, never_written, poisoned
 from . import emulator_tools as analysis
 from .bank_conflicts_configs import conflict_report
-from .common import (GUARD_BITS, does_not_compile, launch_errors, launch_failure, returned_matrix, split_run,
-                     start_collect)
+from .common import (GUARD_BITS, did_not_finish, does_not_compile, launch_errors, launch_failure, reference_budget,
+                     returned_matrix, split_run, start_collect)
 
 # (rows, cols) of `in`: not square, not multiples of 32 (one of each kind of edge), one row, one column.
 SHAPES = [(1, 1), (1, 45), (45, 1), (33, 65), (100, 37), (31, 97), (257, 130)]
@@ -82,18 +82,24 @@ def collect_correctness(source: str, seed: int | None = None) -> tuple[dict, dic
     drv = driver_of(function)
     rng = np.random.default_rng(meta["seed"])
     gpu = on_gpu()
+    xs = [_inputs(rows, cols, rng) for rows, cols in shapes(gpu)]
+
+    def guarded(f, x):
+        return transpose.run_guarded(f, x, guard_floats(*x.shape), GUARD_BITS)
+
     meta["shapes"] = []
-    for i, (rows, cols) in enumerate(shapes(gpu)):
-        x = _inputs(rows, cols, rng)
-        try:
-            out, before, after = transpose.run_guarded(function, x, guard_floats(rows, cols), GUARD_BITS)
-        except launch_errors(drv) as e:
-            meta["shapes"].append({"failure": launch_failure(drv, e)})
-            if gpu:
-                break               # on a GPU the context is gone after a fault
-            continue
-        meta["shapes"].append({"failure": None})
-        arrays.update({f"out{i}": out, f"before{i}": before, f"after{i}": after})
+    with reference_budget(("transpose-correctness",), transpose.TRANSPOSE,
+                          lambda ref: [guarded(ref["transpose"], x) for x in xs]):
+        for i, x in enumerate(xs):
+            try:
+                out, before, after = guarded(function, x)
+            except launch_errors(drv) as e:
+                meta["shapes"].append({"failure": launch_failure(drv, e)})
+                if gpu or did_not_finish(e):
+                    break           # on a GPU the context is gone after a fault; a hang would hang again
+                continue
+            meta["shapes"].append({"failure": None})
+            arrays.update({f"out{i}": out, f"before{i}": before, f"after{i}": after})
     return meta, arrays
 
 
@@ -110,8 +116,8 @@ def judge_correctness(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
         x = _inputs(rows, cols, rng)
         if i >= len(ran):
             ok = False
-            if gpu and any(r.get("failure") for r in ran):
-                break                # the rest was not run after a fault
+            if any(r.get("failure") for r in ran):
+                break                # the rest was not run after a fault or a hang
             lines.append(f"{shape}: the grading process returned no result for this shape")
             continue
         if ran[i].get("failure"):
@@ -162,19 +168,25 @@ def collect_races(source: str, seed: int | None = None) -> tuple[dict, dict]:
     function = fns["transpose"]
     x = _inputs(*RACES_SHAPE, np.random.default_rng(meta["seed"]))
     arrays = {}
-    with analysis.thread_order(0), analysis.analysis() as report:
-        out0, meta["failure"] = _launch(function, x)
-    meta["report"] = analysis.report_data(report)
-    meta["orders"] = []
-    if out0 is not None:
-        arrays["out0"] = out0
-        for s in ORDER_SEEDS:
-            with analysis.thread_order(s):
-                out1, failure = _launch(function, x)
-            meta["orders"].append({"seed": s, "failure": failure})
-            if failure:
-                break
-            arrays[f"out{s}"] = out1
+
+    def analysed(f):
+        with analysis.thread_order(0), analysis.analysis() as report:
+            return _launch(f, x), report
+
+    with reference_budget(("transpose-races",), transpose.TRANSPOSE, lambda ref: analysed(ref["transpose"]),
+                          on_emulator=True):
+        (out0, meta["failure"]), report = analysed(function)
+        meta["report"] = analysis.report_data(report)
+        meta["orders"] = []
+        if out0 is not None:
+            arrays["out0"] = out0
+            for s in ORDER_SEEDS:
+                with analysis.thread_order(s):
+                    out1, failure = _launch(function, x)
+                meta["orders"].append({"seed": s, "failure": failure})
+                if failure:
+                    break
+                arrays[f"out{s}"] = out1
     return meta, arrays
 
 
@@ -221,8 +233,14 @@ def collect_bank_conflicts(source: str, seed: int | None = None) -> tuple[dict, 
     if fns is None:
         return meta, {}
     x = _inputs(*CONFLICTS_SHAPE, np.random.default_rng(meta["seed"]))
-    with analysis.thread_order(0), analysis.analysis() as report:
-        out, meta["failure"] = _launch(fns["transpose"], x)
+
+    def analysed(f):
+        with analysis.thread_order(0), analysis.analysis() as report:
+            return _launch(f, x), report
+
+    with reference_budget(("transpose-bank-conflicts",), transpose.TRANSPOSE, lambda ref: analysed(ref["transpose"]),
+                          on_emulator=True):
+        (out, meta["failure"]), report = analysed(fns["transpose"])
     meta["report"] = analysis.report_data(report)
     return meta, {} if out is None else {"out": out}
 

@@ -29,6 +29,14 @@
 // group). Zeros outside the matrices.
 // The buffers are dynamic shared memory: STAGES * BK * (BM + 4 + BN) floats,
 // more than 48 KiB for the larger configurations.
+// The loop: on the float4 path (main_loop4) a thread finds the sources of its
+// copies once and moves them one tile along K per step, and the copies run on
+// past the last tile with zeros instead of being tested, so the loop has no
+// branch but its own; each step reads its first fragments before it issues the
+// next tile's copies; and the outer product is ordered around the register
+// banks (compute_tile). On the H200 these took the autotuned build from 0.93
+// to 0.955-0.96 of cuBLAS at 2048^3-8192^3 (what each did, and the SASS behind
+// it: results/nvidia-h200/warptiling-experiments.md).
 // Block order: blockIdx.x runs down a column of tiles (grid = tiles of M by
 // tiles of N), so the blocks that run at the same time share a few column
 // panels of B and stream through A. On the H200, with the autotuned
@@ -93,31 +101,18 @@ extern "C++" {     // PyCUDA wraps the source in extern "C"; this header is C++
 #define LA4 ((AV + NUM_THREADS - 1) / NUM_THREADS)     // groups of A each thread loads per tile
 #define LB (BK * BN / NUM_THREADS)                     // elements of B
 
-// Start copying the tile of B at (k0, colBase) into Bs, as one batch of
-// copies; zeros at k >= kEnd (the end of K, or of this block's slice of K)
-// and outside the matrix.
-__device__ __forceinline__ void copy_b(const bool vec, int N, int kEnd, const float* B, int colBase, int k0,
-                                       float (*Bs)[BN])
+// The scalar path (rows of A, B or C not 16-byte aligned): start copying the
+// tile of B at (k0, colBase) into Bs, as one batch of 4-byte copies; zeros at
+// k >= kEnd (the end of K, or of this block's slice of K) and outside the matrix.
+__device__ __forceinline__ void copy_b(int N, int kEnd, const float* B, int colBase, int k0, float (*Bs)[BN])
 {
-    const int tid = threadIdx.x;
-    if (vec) {
 #pragma unroll
-        for (int r = 0; r < LB / 4; ++r) {
-            const int f = tid + r * NUM_THREADS;
-            const int k = f / (BN / 4), n = (f % (BN / 4)) * 4;
-            const int gr = k0 + k, gc = colBase + n;
-            const bool in = gr < kEnd && gc < N;
-            __pipeline_memcpy_async(&Bs[k][n], in ? &B[gr * N + gc] : B, 16, in ? 0 : 16);
-        }
-    } else {
-#pragma unroll
-        for (int r = 0; r < LB; ++r) {
-            const int e = tid + r * NUM_THREADS;
-            const int k = e / BN, n = e % BN;
-            const int gr = k0 + k, gc = colBase + n;
-            const bool in = gr < kEnd && gc < N;
-            __pipeline_memcpy_async(&Bs[k][n], in ? &B[gr * N + gc] : B, 4, in ? 0 : 4);
-        }
+    for (int r = 0; r < LB; ++r) {
+        const int e = threadIdx.x + r * NUM_THREADS;
+        const int k = e / BN, n = e % BN;
+        const int gr = k0 + k, gc = colBase + n;
+        const bool in = gr < kEnd && gc < N;
+        __pipeline_memcpy_async(&Bs[k][n], in ? &B[gr * N + gc] : B, 4, in ? 0 : 4);
     }
     __pipeline_commit();
 }
@@ -129,10 +124,10 @@ __device__ __forceinline__ int a_col(int e) { return 4 * ((e / 16) % (BK / 4)); 
 // Whether group e exists (always, when the groups split evenly over the threads).
 __device__ __forceinline__ bool a_group(int e) { return AV % NUM_THREADS == 0 || e < AV; }
 
-// Load this thread's groups of the A tile at (rowBase, k0) into registers
-// (float4 loads on the vec path); zeros at k >= kEnd and outside the matrix.
-__device__ __forceinline__ void load_a(const bool vec, int M, int K, int kEnd, const float* A, int rowBase,
-                                       int k0, float4 (&ra)[LA4])
+// The scalar path: load this thread's groups of the A tile at (rowBase, k0)
+// into registers; zeros at k >= kEnd and outside the matrix.
+__device__ __forceinline__ void load_a(int M, int K, int kEnd, const float* A, int rowBase, int k0,
+                                       float4 (&ra)[LA4])
 {
 #pragma unroll
     for (int r = 0; r < LA4; ++r) {
@@ -141,14 +136,10 @@ __device__ __forceinline__ void load_a(const bool vec, int M, int K, int kEnd, c
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (a_group(e) && gr < M) {
             const float* p = &A[gr * K + gc];
-            if (vec) {
-                if (gc < kEnd) v = __ldcg(reinterpret_cast<const float4*>(p));   // kEnd % 4 == 0: gc + 3 < kEnd
-            } else {
-                if (gc < kEnd) v.x = __ldcg(p);
-                if (gc + 1 < kEnd) v.y = __ldcg(p + 1);
-                if (gc + 2 < kEnd) v.z = __ldcg(p + 2);
-                if (gc + 3 < kEnd) v.w = __ldcg(p + 3);
-            }
+            if (gc < kEnd) v.x = __ldcg(p);
+            if (gc + 1 < kEnd) v.y = __ldcg(p + 1);
+            if (gc + 2 < kEnd) v.z = __ldcg(p + 2);
+            if (gc + 3 < kEnd) v.w = __ldcg(p + 3);
         }
         ra[r] = v;
     }
@@ -183,62 +174,182 @@ __device__ __forceinline__ void thread_offsets(int& aOff, int& bOff)
     bOff = warpCol * WN + laneCol * TN;
 }
 
-// acc += the product of the tiles in shared memory, for this thread's results.
-__device__ __forceinline__ void compute_tile(const float (*As)[AS_STRIDE], const float (*Bs)[BN],
-                                             int aOff, int bOff, float (&acc)[WMITER * TM][WNITER * TN])
+// Step k's fragments: this thread's TM rows of As and TN columns of Bs in each
+// sub-tile, as float4.
+__device__ __forceinline__ void load_fragments(const float (*As)[AS_STRIDE], const float (*Bs)[BN], int k,
+                                               int aOff, int bOff, float (&regA)[WMITER * TM],
+                                               float (&regB)[WNITER * TN])
 {
-    float regA[WMITER * TM], regB[WNITER * TN];
+#pragma unroll
+    for (int wm = 0; wm < WMITER; ++wm)
+#pragma unroll
+        for (int i = 0; i < TM; i += 4)
+            *reinterpret_cast<float4*>(&regA[wm * TM + i]) =
+                *reinterpret_cast<const float4*>(&As[k][aOff + wm * WSUBM + i]);
+#pragma unroll
+    for (int wn = 0; wn < WNITER; ++wn)
+#pragma unroll
+        for (int j = 0; j < TN; j += 4)
+            *reinterpret_cast<float4*>(&regB[wn * TN + j]) =
+                *reinterpret_cast<const float4*>(&Bs[k][bOff + wn * WSUBN + j]);
+}
+
+// acc += the product of the tiles in shared memory, for this thread's results;
+// regA and regB hold step 0's fragments on entry (the caller loads them first,
+// so that their latency hides behind the copies it issues next).
+// Row i of the outer product starts at column 1 when i is even: a float4 lands
+// in four registers R4n..R4n+3, so regA[i] and regB[j] lie in the register
+// bank of the parity of i and j (two banks, by register number), and an FFMA
+// that reads its three operands (a, b, acc) from one bank is slower (on the
+// H200 Nsight Compute finds 1.7 times the samples on such FFMAs). Within a row
+// regA[i] comes from the operand reuse cache (ptxas marks it .reuse), so only
+// a row's first FFMA reads three registers: this order gives it a and b of
+// different parity (it made the kernel 2-3% faster at 4096^3).
+__device__ __forceinline__ void compute_tile(const float (*As)[AS_STRIDE], const float (*Bs)[BN],
+                                             int aOff, int bOff, float (&regA)[WMITER * TM],
+                                             float (&regB)[WNITER * TN], float (&acc)[WMITER * TM][WNITER * TN])
+{
 #pragma unroll
     for (int k = 0; k < BK; ++k) {
-#pragma unroll
-        for (int wm = 0; wm < WMITER; ++wm)
-#pragma unroll
-            for (int i = 0; i < TM; i += 4)
-                *reinterpret_cast<float4*>(&regA[wm * TM + i]) =
-                    *reinterpret_cast<const float4*>(&As[k][aOff + wm * WSUBM + i]);
-#pragma unroll
-        for (int wn = 0; wn < WNITER; ++wn)
-#pragma unroll
-            for (int j = 0; j < TN; j += 4)
-                *reinterpret_cast<float4*>(&regB[wn * TN + j]) =
-                    *reinterpret_cast<const float4*>(&Bs[k][bOff + wn * WSUBN + j]);
+        if (k > 0) load_fragments(As, Bs, k, aOff, bOff, regA, regB);
 #pragma unroll
         for (int i = 0; i < WMITER * TM; ++i)
 #pragma unroll
-            for (int j = 0; j < WNITER * TN; ++j)
+            for (int jj = 0; jj < WNITER * TN; ++jj) {
+                const int j = (jj + (i % 2 == 0)) % (WNITER * TN);
                 acc[i][j] += regA[i] * regB[j];
+            }
     }
 }
 
-// The main loop for one path (vec a constant after inlining), over k from
-// kBegin to kEnd. B's tiles are copied STAGES - 1 tiles ahead; every step
-// commits one batch of copies (perhaps empty), so "all but the newest
-// STAGES - 2 batches" is always "up to tile t". A's tile t + 2 is loaded into
-// registers at step t, while tile t is computed, and stored into As at step t + 1.
-__device__ __forceinline__ void main_loop(const bool vec, int M, int N, int K, int kBegin, int kEnd,
-                                          const float* A, const float* B, int rowBase, int colBase, int aOff,
-                                          int bOff, float (*As)[BK][AS_STRIDE], float (*Bs)[BK][BN],
+// Zeros: what a float4 load of A reads where its group lies outside A.
+__device__ float4 warptiling_zeros;
+
+// The float4 path's sources, found once per block: this thread's pieces of B
+// (LB / 4 float4 of each tile) and groups of A (LA4), their addresses at the
+// first tile and whether they lie inside the matrix; each step moves the
+// addresses one tile along K (BK rows of B, BK columns of A), so the loop does
+// no index arithmetic, and only the k test changes from tile to tile.
+struct Sources {
+    const float* b[LB / 4];
+    bool bIn[LB / 4];
+    const float* a[LA4];
+    bool aIn[LA4];
+};
+
+__device__ __forceinline__ void find_sources(int M, int N, int K, int kBegin, const float* A, const float* B,
+                                             int rowBase, int colBase, Sources& s)
+{
+#pragma unroll
+    for (int r = 0; r < LB / 4; ++r) {
+        const int f = threadIdx.x + r * NUM_THREADS;
+        const int k = f / (BN / 4), n = (f % (BN / 4)) * 4;
+        s.bIn[r] = colBase + n < N;                          // N % 4 == 0: then colBase + n + 3 < N too
+        s.b[r] = B + size_t(kBegin + k) * N + (s.bIn[r] ? colBase + n : 0);
+    }
+#pragma unroll
+    for (int r = 0; r < LA4; ++r) {
+        const int e = threadIdx.x + r * NUM_THREADS;
+        const int gr = rowBase + a_row(e);
+        s.aIn[r] = a_group(e) && gr < M;
+        s.a[r] = A + size_t(s.aIn[r] ? gr : 0) * K + kBegin + a_col(e);
+    }
+}
+
+// Copy the next tile of B (kLeft: how many of its rows lie before the end of
+// K, perhaps none) into Bs as float4, zeros past the end and outside the matrix.
+__device__ __forceinline__ void copy_b4(int kLeft, const float* B, int N, Sources& s, float (*Bs)[BN])
+{
+#pragma unroll
+    for (int r = 0; r < LB / 4; ++r) {
+        const int f = threadIdx.x + r * NUM_THREADS;
+        const int k = f / (BN / 4), n = (f % (BN / 4)) * 4;
+        const bool in = s.bIn[r] && k < kLeft;
+        __pipeline_memcpy_async(&Bs[k][n], in ? s.b[r] : B, 16, in ? 0 : 16);
+        s.b[r] += size_t(BK) * N;
+    }
+    __pipeline_commit();
+}
+
+// Load the next tile's groups of A as float4 (kLeft as in copy_b4).
+__device__ __forceinline__ void load_a4(int kLeft, Sources& s, float4 (&ra)[LA4])
+{
+#pragma unroll
+    for (int r = 0; r < LA4; ++r) {
+        const int e = threadIdx.x + r * NUM_THREADS;
+        const bool in = s.aIn[r] && a_col(e) < kLeft;       // kLeft % 4 == 0: all 4 columns, or none
+        ra[r] = __ldcg(in ? reinterpret_cast<const float4*>(s.a[r]) : &warptiling_zeros);
+        s.a[r] += BK;
+    }
+}
+
+// The main loop of the float4 path, over k from kBegin to kEnd. B's tiles are
+// copied STAGES - 1 tiles ahead; every step commits one batch of copies, so
+// "all but the newest STAGES - 2 batches" is always "up to tile t". A's tile
+// t + 2 is loaded into registers at step t, while tile t is computed, and
+// stored into As at step t + 1. Past the last tile the copies, loads and
+// stores go on with zeros, into slots that no one reads any more: the loop has
+// no branch but its own, so ptxas spreads the copy instructions between the
+// multiply-adds, and step 0's fragments are read first, before the copies.
+__device__ __forceinline__ void main_loop4(int M, int N, int K, int kBegin, int kEnd, const float* A,
+                                           const float* B, int rowBase, int colBase, int aOff, int bOff,
+                                           float (*As)[BK][AS_STRIDE], float (*Bs)[BK][BN],
+                                           float (&acc)[WMITER * TM][WNITER * TN])
+{
+    const int tiles = (kEnd - kBegin + BK - 1) / BK;
+    Sources s;
+    find_sources(M, N, K, kBegin, A, B, rowBase, colBase, s);
+    float4 ra[LA4];
+#pragma unroll
+    for (int t = 0; t < STAGES - 1; ++t) copy_b4(kEnd - kBegin - t * BK, B, N, s, Bs[t]);
+    load_a4(kEnd - kBegin, s, ra);
+    store_a(ra, As[0]);
+    load_a4(kEnd - kBegin - BK, s, ra);
+    int kLeftB = kEnd - kBegin - (STAGES - 1) * BK, kLeftA = kEnd - kBegin - 2 * BK;   // k left from B's, A's next tile
+    for (int t = 0; t < tiles; ++t) {
+        __pipeline_wait_prior(STAGES - 2);       // B's tile t has landed (this thread's copies)
+        __syncthreads();                         // ... and everyone's, and A's stores; slot (t-1) % STAGES is free
+        float regA[WMITER * TM], regB[WNITER * TN];
+        load_fragments(As[t % STAGES], Bs[t % STAGES], 0, aOff, bOff, regA, regB);
+        store_a(ra, As[(t + 1) % STAGES]);
+        copy_b4(kLeftB, B, N, s, Bs[(t + STAGES - 1) % STAGES]);
+        load_a4(kLeftA, s, ra);
+        kLeftB -= BK;
+        kLeftA -= BK;
+        compute_tile(As[t % STAGES], Bs[t % STAGES], aOff, bOff, regA, regB, acc);
+    }
+}
+
+
+// The main loop of the scalar path: as main_loop4, with 4-byte copies of B and
+// loads of A whose bounds are tested at each step, no copies past the end, and
+// step 0's fragments read after the copies.
+__device__ __forceinline__ void main_loop(int M, int N, int K, int kBegin, int kEnd, const float* A,
+                                          const float* B, int rowBase, int colBase, int aOff, int bOff,
+                                          float (*As)[BK][AS_STRIDE], float (*Bs)[BK][BN],
                                           float (&acc)[WMITER * TM][WNITER * TN])
 {
     const int tiles = (kEnd - kBegin + BK - 1) / BK;
     float4 ra[LA4];
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < tiles) copy_b(vec, N, kEnd, B, colBase, kBegin + s * BK, Bs[s]);
+        if (s < tiles) copy_b(N, kEnd, B, colBase, kBegin + s * BK, Bs[s]);
         else __pipeline_commit();
     }
-    load_a(vec, M, K, kEnd, A, rowBase, kBegin, ra);
+    load_a(M, K, kEnd, A, rowBase, kBegin, ra);
     store_a(ra, As[0]);
-    if (1 < tiles) load_a(vec, M, K, kEnd, A, rowBase, kBegin + BK, ra);
+    if (1 < tiles) load_a(M, K, kEnd, A, rowBase, kBegin + BK, ra);
     for (int t = 0; t < tiles; ++t) {
-        __pipeline_wait_prior(STAGES - 2);       // B's tile t has landed (this thread's copies)
-        __syncthreads();                         // ... and everyone's, and A's stores; slot (t-1) % STAGES is free
+        __pipeline_wait_prior(STAGES - 2);
+        __syncthreads();
         if (t + 1 < tiles) store_a(ra, As[(t + 1) % STAGES]);
         const int next = t + STAGES - 1;
-        if (next < tiles) copy_b(vec, N, kEnd, B, colBase, kBegin + next * BK, Bs[next % STAGES]);
+        if (next < tiles) copy_b(N, kEnd, B, colBase, kBegin + next * BK, Bs[next % STAGES]);
         else __pipeline_commit();
-        if (t + 2 < tiles) load_a(vec, M, K, kEnd, A, rowBase, kBegin + (t + 2) * BK, ra);
-        compute_tile(As[t % STAGES], Bs[t % STAGES], aOff, bOff, acc);
+        if (t + 2 < tiles) load_a(M, K, kEnd, A, rowBase, kBegin + (t + 2) * BK, ra);
+        float regA[WMITER * TM], regB[WNITER * TN];
+        load_fragments(As[t % STAGES], Bs[t % STAGES], 0, aOff, bOff, regA, regB);
+        compute_tile(As[t % STAGES], Bs[t % STAGES], aOff, bOff, regA, regB, acc);
     }
 }
 
@@ -365,9 +476,10 @@ sgemm_warptiling(int M, int N, int K, const float* A, const float* B, float* C)
     const int kBegin = 0, kEnd = K;                  // launched with gridDim.z = 1
 #endif
     if (vec)
-        main_loop(true, M, N, K, kBegin, kEnd, A, B, rowBase, colBase, aOff, bOff, As, Bs, acc);
+        main_loop4(M, N, K, kBegin, kEnd, A, B, rowBase, colBase, aOff, bOff, As, Bs, acc);
     else
-        main_loop(false, M, N, K, kBegin, kEnd, A, B, rowBase, colBase, aOff, bOff, As, Bs, acc);
+        main_loop(M, N, K, kBegin, kEnd, A, B, rowBase, colBase, aOff, bOff, As, Bs, acc);
+    __pipeline_wait_prior(0);          // main_loop4's copies past the end land before the block ends
 #if SPLITK_WORKSPACE
     if (gridDim.z > 1 && !splitk_sum(acc))
         return;                                      // another block of this tile writes C

@@ -79,10 +79,11 @@ SGEMM_CHECKS = {"compiles": compiles, "correctness": correctness, "races": races
                 "bank-conflicts": bank_conflicts, "performance": performance}
 # Checks some stages add, each placed before the named check: global-memory sectors
 # per request (lab 01: graded for coalesced, information for naive), the float4 path
-# and its fallback (lab 05), the padding under other tile configurations (lab 04).
+# and its fallback (lab 05), the kernel under other tile configurations (labs 04 and 06).
 EXTRA_CHECKS = {"naive": [(coalescing, "performance")], "coalesced": [(coalescing, "performance")],
                 "vectorized": [(alignment, "races")], "double-buffering": [(alignment, "races")],
-                "bank-conflict-free": [(bank_conflicts_configs, "performance")]}
+                "bank-conflict-free": [(bank_conflicts_configs, "performance")],
+                "warptiling": [(bank_conflicts_configs, "performance")]}
 
 
 def _stage_exercise(st: Stage) -> Exercise:

@@ -11,6 +11,7 @@ Broken submissions:
   nosmem        violations() forgets the shared-memory rule
   warpindex     thread_offsets() takes the warp's column modulo BM / WM instead of BN / WN: half the
                 warp tiles of each block are computed twice, the other half never (an incorrect C)
+  hardbk        compute_tile() loops over 8 steps of k, not BK: right with the stage's own BK = 8 only
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import grader  # noqa: E402
 ON_GPU = grader.BACKEND.name == "gpu"
 
 POINTS = {"q-warps-test": 1, "q-results-test": 1, "q-fma-ratio-test": 1, "warptiling-correctness": 4,
-          "warptiling-races": 2, "warptiling-bank-conflicts": 2, "warptiling-performance": 2, "q-smem-test": 1,
+          "warptiling-races": 2, "warptiling-bank-conflicts": 2, "warptiling-configs": 2, "warptiling-performance": 2, "q-smem-test": 1,
           "q-registers-test": 1, "violations-tiles": 3, "violations-resources": 3, "search-fake": 3,
           "autotuned-performance": 2, "search-tuned-performance": 2}
 GPU_ONLY = {"warptiling-performance", "autotuned-performance", "search-tuned-performance"}
@@ -60,7 +61,9 @@ EXPECTED = {
     "keepsinvalid": _with(search_fake=0),
     "nocheck": _with(search_fake=0),
     "nosmem": _with(violations_resources=0),
-    "warpindex": _with(warptiling_correctness=0, warptiling_performance=0, autotuned_performance=0),
+    "warpindex": _with(warptiling_correctness=0, warptiling_configs=0, warptiling_performance=0,
+                       autotuned_performance=0),
+    "hardbk": _with(warptiling_configs=0),
 }
 
 
@@ -120,8 +123,12 @@ def _warpindex(cells):
     _replace(cells["warptiling-kernel"], "warpCol = warp % (BN / WN);", "warpCol = warp % (BM / WM);")
 
 
+def _hardbk(cells):
+    _replace(cells["warptiling-kernel"], "    for (int k = 0; k < BK; ++k) {", "    for (int k = 0; k < 8; ++k) {")
+
+
 SUBMISSIONS = {"ref": None, "blank": False, "keepsinvalid": _keepsinvalid, "nocheck": _nocheck, "nosmem": _nosmem,
-               "warpindex": _warpindex}
+               "warpindex": _warpindex, "hardbk": _hardbk}
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +229,8 @@ def test_broken_submissions_say_why(course):
     assert "limits.smem" not in out, out                      # the reason, never the rule as code
     out = _output(course, "warpindex", "warptiling-correctness")
     assert "M=1 N=129 K=31" in out, out
+    out = _output(course, "hardbk", "warptiling-configs")
+    assert "BK=16" in out and "elements of C wrong" in out and "written as a number" in out, out
     out = _output(course, "blank", "violations-tiles")
     assert "not written yet" in out, out
     if not ON_GPU:

@@ -6,7 +6,8 @@ conflicts): for each configuration, C = A B on shapes that are not tile
 multiples, C NaN-poisoned inside guard zones, every element checked, and every
 shared-memory request of the launches served without a bank conflict.
 
-Also the conflict report that lab 4's checks share: `conflict_report(report)`.
+Registered for the bank-conflict-free stage (lab 4) and the warptiling stage
+(lab 6). Also the conflict report that lab 4's checks share: `conflict_report(report)`.
 """
 from __future__ import annotations
 
@@ -25,10 +26,16 @@ NAME = "bank-conflicts-configs"
 SHOW = 3
 
 # Valid for the bank-conflict-free stage (BM, BN multiples of 32, BK of 8, TM, TN of 4, the tiles of A and B
-# split over whole warps), each unlike the stage's (128, 128, 8, 8, 8) in BM, BK and TM or TN.
+# split over whole warps), each unlike the stage's (128, 128, 8, 8, 8) in BM, BK and TM or TN. For the
+# warptiling stage, two of the H200's tuned configurations (grader/tuned_configs.json: small squares and
+# tall-skinny shapes), unlike its own in BM or BN, BK, the warp tile, the threads and the stages.
 CONFIGS = {
     "bank-conflict-free": ({"BM": 64, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
                            {"BM": 256, "BN": 64, "BK": 8, "TM": 8, "TN": 4}),
+    "warptiling": ({"BM": 64, "BN": 256, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "TN": 4,
+                    "NUM_THREADS": 256, "STAGES": 2, "MIN_BLOCKS": 1},
+                   {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 64, "WNITER": 2, "TM": 8, "TN": 4,
+                    "NUM_THREADS": 128, "STAGES": 2, "MIN_BLOCKS": 2}),
 }
 
 

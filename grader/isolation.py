@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from . import backend, emulator, exercises, sandbox
-from .checks.common import DID_NOT_FINISH, new_seed
+from .checks.common import DID_NOT_FINISH, HANG_FACTOR, HANG_FLOOR_S, end_process_past_budget, new_seed
 from .report import FAILED, CheckResult
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,7 +161,6 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
         job["result_fd"] = write_fd
         job["launch_timeout"] = max(5.0, timeout * 0.8)
         job["cpu_seconds"] = timeout + 60
-        tool, _ = sandbox.bubblewrap()
         command = sandbox.wrap(child_command(), [tmp, env["GRADER_EMULATOR_CACHE"]], tmp)
         chunks: list[bytes] = []
         reader = threading.Thread(target=_read_all, args=(read_fd, chunks), daemon=True)
@@ -198,8 +197,13 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
                 result.output = ((result.output + "\n" + out).strip() if result.output else out)[-OUTPUT_KEPT:]
             return result
         code = proc.returncode
-        if tool and code > 128:             # bubblewrap passes a killed child's signal on as 128 + signal
+        if code > 128:                      # a sandbox passes a killed child's signal on as 128 + signal
             code = 128 - code
+        if code == -signal.SIGALRM:         # a GPU launch past its budget (checks.common.launch_budget)
+            return CheckResult(check, FAILED, f"{DID_NOT_FINISH}: a launch ran past its budget on the GPU "
+                               f"({HANG_FACTOR} x the reference kernel's time on the same launch, at least "
+                               f"{HANG_FLOOR_S:g} s) and the grading process was stopped ({spec.hang_hint})", 0.0,
+                               details={"did_not_finish": True}, output=out[-4000:])
         why = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with status {code}"
         return CheckResult(check, FAILED, f"the grading process {why} without a result: the kernel crashed it "
                            "(see the captured output)", 0.0, output=out[-4000:])
@@ -247,6 +251,7 @@ def _child() -> int:
     result_pipe = os.fdopen(job["result_fd"], "wb")
     _apply_limits(job["cpu_seconds"], gpu=os.environ.get("GRADER_BACKEND") == "gpu")
     chosen = backend.current()            # GRADER_BACKEND, as the parent chose it
+    end_process_past_budget(chosen.name == "gpu")
     emulator.set_launch_timeout(job["launch_timeout"])
     emulator.set_untrusted_sources(True)  # device code only (grader.emulator.policy)
     try:

@@ -50,11 +50,15 @@ def bubblewrap() -> tuple[str | None, str]:
 def wrap(command: list[str], writable: list[str], chdir: str) -> list[str]:
     """`command` inside a sandbox where bubblewrap works. Else, for root (a container without
     bubblewrap, whom non-dumpable processes do not stop), at least a process namespace of its own
-    (util-linux's unshare); else `command` as it is."""
+    (util-linux's unshare); else `command` as it is. Wrapped, a command killed by a signal exits
+    with 128 + the signal's number."""
     tool, _ = bubblewrap()
     if tool:
         return [tool, *bwrap_args(writable, chdir), *command]
     unshare = shutil.which("unshare")
     if unshare and hasattr(os, "geteuid") and os.geteuid() == 0:
-        return [unshare, "--pid", "--fork", "--mount-proc", "--kill-child", *command]
+        # A shell as the namespace's process 1 (which the kernel spares default-action signals), the
+        # command its child: a SIGALRM past a GPU launch's budget must end the command.
+        return [unshare, "--pid", "--fork", "--mount-proc", "--kill-child", "/bin/sh", "-c", '"$@"; exit $?', "sh",
+                *command]
     return command

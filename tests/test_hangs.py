@@ -110,3 +110,13 @@ def test_a_hanging_kernel_of_labs_4_7_and_8_costs_seconds(exercise, check, file,
     assert not result.passed and result.details.get("did_not_finish"), result.message
     assert "did not finish" in result.message and f"{common.HANG_FACTOR} x the reference" in result.message
     assert elapsed < 60, elapsed
+
+
+@pytest.mark.skipif(grader.BACKEND.name != "gpu", reason="a GPU launch past its budget ends its grading process")
+def test_a_hanging_kernel_on_a_gpu_costs_seconds():
+    start = time.monotonic()
+    result = isolation.run_check("naive", "correctness", HANG, seed=3)
+    elapsed = time.monotonic() - start
+    assert not result.passed and result.details.get("did_not_finish"), result.message
+    assert "ran past its budget on the GPU" in result.message, result.message
+    assert elapsed < 60, elapsed

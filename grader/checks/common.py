@@ -10,6 +10,7 @@ student's code does.
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 
 import numpy as np
@@ -27,14 +28,40 @@ DID_NOT_FINISH = "the kernel did not finish"
 # A launch of the student's kernel on the emulator is stopped once it has run
 # HANG_FACTOR times as long as the reference kernel on the same launch (same
 # shape, same mode: plain or analysed), and never before HANG_FLOOR_S seconds.
+# On a GPU a launch cannot be stopped alone: in a grading process (end_process_past_budget) the
+# whole process is then ended by SIGALRM, which grader.isolation reports as a kernel that did not finish.
 HANG_FACTOR = 100
 HANG_FLOOR_S = 5.0
 _reference_seconds: dict = {}
 _budget_text = ""
+_alarm = False
+
+
+def end_process_past_budget(on: bool = True) -> None:
+    """In a grading process on a GPU: a launch past its budget ends the process (SIGALRM)."""
+    global _alarm
+    _alarm = on and hasattr(signal, "setitimer")
+    if _alarm:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)      # not inherited as ignored: it must end the process
 
 
 def budget_seconds(reference_seconds: float) -> float:
     return max(HANG_FLOOR_S, HANG_FACTOR * reference_seconds)
+
+
+def _reference_time(key, reference) -> float | None:
+    """The faster of two runs of `reference()` (the first pays for loading the module), once per key."""
+    if key not in _reference_seconds:
+        times = []
+        try:
+            for _ in range(2):
+                start = time.perf_counter()
+                reference()
+                times.append(time.perf_counter() - start)
+            _reference_seconds[key] = min(times)
+        except Exception:             # the reference itself failed (a grader bug): no derived budget
+            _reference_seconds[key] = None
+    return _reference_seconds[key]
 
 
 @contextlib.contextmanager
@@ -42,23 +69,22 @@ def launch_budget(key, reference, emulated: bool = True):
     """Emulated launches inside stop after budget_seconds(the reference's time),
     `reference()` running the reference kernel on the same launch (timed once
     per key in this process). Real GPU launches cannot be stopped one by one:
-    there the grading process's time limit stops them."""
+    in a grading process the process is ended past the same budget (see
+    end_process_past_budget); elsewhere nothing stops them."""
     global _budget_text
     from .. import emulator
     if not emulated:
-        yield None
-        return
-    if key not in _reference_seconds:
-        times = []
+        ref = _reference_time(key, reference) if _alarm else None
+        if ref is None:
+            yield None
+            return
+        signal.setitimer(signal.ITIMER_REAL, budget_seconds(ref))
         try:
-            for _ in range(2):        # the faster of two: the first pays for loading the module
-                start = time.perf_counter()
-                reference()
-                times.append(time.perf_counter() - start)
-            _reference_seconds[key] = min(times)
-        except Exception:             # the reference itself failed (a grader bug): no derived budget
-            _reference_seconds[key] = None
-    ref = _reference_seconds[key]
+            yield budget_seconds(ref)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        return
+    ref = _reference_time(key, reference)
     old = emulator.launch_timeout()
     budget = old if ref is None else min(old, budget_seconds(ref))
     _budget_text = (f"stopped after {budget:.1f} s" + ("" if ref is None else
@@ -76,8 +102,14 @@ def reference_budget(key, kernels: Kernels, launches, on_emulator: bool = False)
     """launch_budget for a check of labs 4, 7 and 8: `launches(functions)` makes the check's launches;
     made with the reference solution's functions, they set the budget of the student's launches inside."""
     from ..perf import on_gpu
-    with launch_budget(key, lambda: launches(kernels.compile(on_emulator=on_emulator)[0]),
-                       emulated=on_emulator or not on_gpu()) as budget:
+    functions: dict = {}
+
+    def reference():
+        if not functions:             # compiled in the first of the two timed runs only
+            functions.update(kernels.compile(on_emulator=on_emulator)[0])
+        launches(functions)
+
+    with launch_budget(key, reference, emulated=on_emulator or not on_gpu()) as budget:
         yield budget
 
 

@@ -25,7 +25,7 @@ from .. import sgemm, top2
 from ..backend import drivers
 from ..report import CheckResult
 from ..sgemm import driver_of
-from ..shortest_paths import SSSP, dijkstra, shortest_paths, sweep
+from ..shortest_paths import SSSP, dijkstra, shortest_paths, sssp_distances, sweep
 from .common import (does_not_compile, launch_errors, launch_failure, reference_budget, returned_matrix, split_run,
                      start_collect)
 
@@ -91,10 +91,13 @@ def _collect(source: str, seed, stop_early: bool = False) -> tuple[dict, dict]:
     drv = driver_of(fns["sssp_relax"])
     inputs = [top2.inputs(M, N, K, rng) for M, N, K in SHAPES]
     meta["shapes"], arrays = [], {}
-    largest = max(inputs, key=lambda ab: ab[0].shape[0] * ab[1].shape[1])
-    # The budget of one launch: a solve of the largest shape stopped after one round (a whole solve is
-    # tens of launches).
-    with reference_budget(("sssp",), SSSP, lambda ref: shortest_paths(*largest, functions=ref, max_rounds=1)):
+    c, M, N = top2.sgemm_on_device(*max(inputs, key=lambda ab: ab[0].shape[0] * ab[1].shape[1]))
+
+    def one_round(ref):               # the budget of one launch: one relaxation round of the largest shape
+        dist, _ = sssp_distances(ref["sssp_relax"], c, M, N, 0, max_rounds=1)
+        dist.free()
+
+    with reference_budget(("sssp",), SSSP, one_round):
         for i, (A, B) in enumerate(inputs):
             try:
                 out = _solve(fns, A, B, stop_early)
@@ -104,6 +107,7 @@ def _collect(source: str, seed, stop_early: bool = False) -> tuple[dict, dict]:
             meta["shapes"].append({"rounds": [int(r) for r in out["rounds"]], "cost": float(out["cost"]),
                                    "path": [[int(x) for x in p] for p in (out["path"] or [])]})
             arrays.update({f"C{i}": _reference_c(A, B), f"dist1_{i}": out["dist1"], f"dist2_{i}": out["dist2"]})
+    c.free()
     return meta, arrays
 
 

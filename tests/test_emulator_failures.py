@@ -189,6 +189,43 @@ def test_permuted_thread_order_gives_same_result_for_correct_kernel(cuda, source
     assert np.array_equal(a, np.arange(128)[::-1])
 
 
+def test_permuted_thread_order_keeps_warps_and_thread_indices(cuda, source_module):
+    """With a thread-order seed the threads of each block run in another order
+    (seen in the order they take tickets), and each keeps its own threadIdx and
+    warp: a shuffle reduction per warp and a barrier still give every block's sum."""
+    from grader import emulator
+    mod = source_module("""
+    __global__ void k(int* ticket, int* order, int* sums, int* ids) {
+        int t = threadIdx.y * blockDim.x + threadIdx.x;
+        int b = blockIdx.x;
+        order[b * 96 + atomicAdd(&ticket[b], 1)] = t;
+        int v = t + 1000 * b;
+        for (int d = 16; d > 0; d /= 2) v += __shfl_down_sync(0xffffffffu, v, d);
+        __shared__ int part[3];
+        if (t % 32 == 0) part[t / 32] = v;
+        __syncthreads();
+        if (t == 0) sums[b] = part[0] + part[1] + part[2];
+        ids[b * 96 + t] = t;
+    }""")
+    blocks = 3
+    ticket = np.zeros(blocks, np.int32)
+    order = np.full(blocks * 96, -1, np.int32)
+    sums = np.full(blocks, -1, np.int32)
+    ids = np.full(blocks * 96, -1, np.int32)
+    emulator.set_thread_order_seed(777)
+    try:
+        mod.get_function("k")(cuda.InOut(ticket), cuda.Out(order), cuda.Out(sums), cuda.Out(ids),
+                              block=(32, 3, 1), grid=(blocks, 1))
+    finally:
+        emulator.set_thread_order_seed(0)
+    order = order.reshape(blocks, 96)
+    assert all(sorted(row) == list(range(96)) for row in order)
+    assert any(list(row) != list(range(96)) for row in order)        # permuted
+    assert len({tuple(row) for row in order}) > 1                     # and differently per block
+    assert list(sums) == [sum(range(96)) + 96 * 1000 * b for b in range(blocks)]
+    assert np.array_equal(ids, np.tile(np.arange(96), blocks))
+
+
 
 def test_the_abi_version_is_checked_on_load_and_matches_the_header(monkeypatch):
     """grader/emulator/runtime/emu_abi.h's kAbiVersion is what runtime.py reads; a module built for

@@ -58,14 +58,14 @@ struct LaunchState {
     const unsigned char* params;
     const ModuleInfo* mod;
     const char* kernel;
-    std::vector<Fiber> fibers;
+    std::vector<Fiber> fibers;      // in the order a pass runs them
     std::vector<Warp> warps;
-    std::vector<unsigned> order;
+    std::vector<unsigned> slot;     // slot[linear]: that thread's place in `fibers`
     std::vector<unsigned char> dynamic_shared;
     int nthreads, ndone, nbarrier;
     int barrier_line, barrier_count;  // of the threads waiting at a barrier: the first one's line, true predicates
     bool barrier_mixed;               // some wait at another line
-    int pos;           // the scheduler's place in `order` during a pass
+    int pos;           // the scheduler's place in `fibers` during a pass
     int barrier_result, barrier_all, barrier_any;
     unsigned long long seed;
 };
@@ -213,24 +213,30 @@ constexpr int SignalGuard::kSignals[4];
 // A pass runs every ready fiber once, in `order`. A fiber that blocks switches
 // straight to the next ready one (one switch per thread, not two through the
 // scheduler); the last of the pass switches back to the scheduler.
-static Fiber* next_ready() {
-    while (++L.pos < L.nthreads) {
-        Fiber& f = L.fibers[L.order[L.pos]];
-        if (f.state != kReady) continue;
-        cur = &f;
-        threadIdx = f.tid;
-        if (L.pos + 1 < L.nthreads) {  // the next fiber's saved frame, from L2 while this one runs
-            const char* sp = static_cast<const char*>(L.fibers[L.order[L.pos + 1]].sp);
+// The fibers are kept in the order of the pass, so that finding the next one is
+// one load (a barrier's switch is a few dozen instructions: each one shows).
+__attribute__((always_inline)) static inline Fiber* next_ready() {
+    Fiber* const fibers = L.fibers.data();
+    const int n = L.nthreads;
+    int pos = L.pos;
+    while (++pos < n) {
+        Fiber* f = fibers + pos;
+        if (f->state != kReady) continue;
+        L.pos = pos;
+        cur = f;
+        threadIdx = f->tid;
+        if (pos + 1 < n) {  // the next fiber's saved frame, from L2 while this one runs
+            const char* sp = static_cast<const char*>(f[1].sp);
             __builtin_prefetch(sp);
             __builtin_prefetch(sp + 64);
-            __builtin_prefetch(sp + 128);
         }
-        return &f;
+        return f;
     }
+    L.pos = pos;
     return nullptr;
 }
 
-static void switch_to_next_fiber() {
+__attribute__((always_inline)) static inline void switch_to_next_fiber() {
     Fiber* self = cur;
     Fiber* next = next_ready();
     emu_fiber_switch(&self->sp, next ? next->sp : scheduler_sp);
@@ -242,7 +248,7 @@ static void release_warp_if_complete(Warp& w) {
     unsigned base = unsigned(&w - L.warps.data()) * 32;
     for (unsigned lane = 0; lane < 32; lane++) {
         if (!((w.arrived >> lane) & 1)) continue;
-        Fiber& f = L.fibers[base + lane];
+        Fiber& f = L.fibers[L.slot[base + lane]];
         f.took_part = w.arrived;
         f.state = kReady;
     }
@@ -325,6 +331,10 @@ static void run_block(uint3 bid) {
     if (L.mod->shared_end > L.mod->shared_begin)
         memset(L.mod->shared_begin, 0xff, size_t(L.mod->shared_end - L.mod->shared_begin));
     if (!L.dynamic_shared.empty()) memset(L.dynamic_shared.data(), 0xff, L.dynamic_shared.size());
+    if (L.seed) {  // a permuted thread order exposes code that depends on the order
+        for (int i = n - 1; i > 0; i--) std::swap(L.fibers[i], L.fibers[next_random(L.seed) % (i + 1)]);
+        for (int i = 0; i < n; i++) L.slot[L.fibers[i].linear] = unsigned(i);
+    }
     for (int i = 0; i < n; i++) {
         Fiber& f = L.fibers[i];
         f.sp = fiber_init(stacks + i * stack_stride + page_size(), stack_size + kColourSpan - stack_colour(i), fiber_main);
@@ -337,8 +347,6 @@ static void run_block(uint3 bid) {
         L.warps[w].soft = false;
         L.warps[w].parity = 0;
     }
-    if (L.seed)  // a permuted thread order exposes code that depends on the order
-        for (int i = n - 1; i > 0; i--) std::swap(L.order[i], L.order[next_random(L.seed) % (i + 1)]);
     L.ndone = L.nbarrier = 0;
     if (analysis::enabled()) analysis::begin_block(bid);
     for (;;) {
@@ -501,12 +509,12 @@ extern "C" int emu_launch(const ModuleInfo* mod, int kernel, const unsigned char
     L.seed = seed;
     L.fibers.assign(size_t(n), Fiber{});
     L.warps.assign(size_t((n + 31) / 32), Warp{});
-    L.order.resize(size_t(n));
+    L.slot.resize(size_t(n));
     for (int i = 0; i < n; i++) {
         Fiber& f = L.fibers[i];
         f.linear = unsigned(i);
         f.tid = uint3{unsigned(i) % block[0], (unsigned(i) / block[0]) % block[1], unsigned(i) / (block[0] * block[1])};
-        L.order[i] = unsigned(i);
+        L.slot[i] = unsigned(i);
     }
     L.dynamic_shared.assign(dynamic_shared, 0);
     __emu_dynamic_shared = L.dynamic_shared.empty() ? nullptr : L.dynamic_shared.data();

@@ -26,6 +26,81 @@ def _still_works(cuda, source_module):
     assert np.array_equal(v, np.arange(8))
 
 
+def test_time_limit_holds_after_many_launches_under_a_longer_one(cuda, source_module):
+    """The watchdog is not woken at each launch; a shorter limit after many
+    launches under a long one still ends an endless loop on time."""
+    from grader import emulator
+    before = emulator.launch_timeout()
+    mod = source_module("""
+    __global__ void spin(volatile int* flag, int forever) {
+        while (forever && *flag == 0) { }
+    }""")
+    flag = cuda.to_device(np.zeros(1, np.int32))
+    try:
+        emulator.set_launch_timeout(60.0)
+        for _ in range(300):
+            mod.get_function("spin")(flag, np.int32(0), block=(32, 1, 1))
+        emulator.set_launch_timeout(1.0)
+        start = time.perf_counter()
+        with pytest.raises(cuda.LaunchError, match="time limit"):
+            mod.get_function("spin")(flag, np.int32(1), block=(32, 1, 1))
+        assert time.perf_counter() - start < 3.0
+    finally:
+        emulator.set_launch_timeout(before)
+    _still_works(cuda, source_module)
+
+
+def test_kernels_that_never_wait_run_without_fibers_with_the_same_semantics(cuda, source_module):
+    """A module that calls no barrier or warp primitive runs each block's threads
+    one after the other on one stack: every thread still sees its own indices,
+    its own locals, the thread order seed, and a fault names its thread."""
+    from grader import emulator
+    plain = source_module("""
+    __global__ void k(int* out, int* ticket) {
+        int t = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+        int b = blockIdx.y * gridDim.x + blockIdx.x;
+        int local[40];
+        for (int i = 0; i < 40; i++) local[i] = t * 40 + i;
+        int s = 0;
+        for (int i = 0; i < 40; i++) s += local[i];
+        out[b * 60 + t] = s + 100000 * b;
+        atomicAdd(ticket, 1);
+    }""")
+    waiting = [source_module("__global__ void k(int* o) { __syncthreads(); o[threadIdx.x] = 1; }"),
+               source_module("__global__ void k(int* o) { o[threadIdx.x] = __shfl_down_sync(0xffffffffu, 1, 1); }")]
+    assert plain._loaded.sequential and not any(m._loaded.sequential for m in waiting)
+    expected = np.array([[sum(range(t * 40, t * 40 + 40)) + 100000 * b for t in range(60)] for b in range(6)])
+    for seed in (0, 99):
+        emulator.set_thread_order_seed(seed)
+        try:
+            out = np.full(6 * 60, -1, np.int32)
+            ticket = np.zeros(1, np.int32)
+            plain.get_function("k")(cuda.Out(out), cuda.InOut(ticket), block=(5, 4, 3), grid=(3, 2))
+        finally:
+            emulator.set_thread_order_seed(0)
+        assert np.array_equal(out.reshape(6, 60), expected) and ticket[0] == 360
+    wild = source_module("""
+    __global__ void wild(float* x) {
+        float* p = (float*)0x10;
+        if (blockIdx.x == 1 && threadIdx.x == 7) x[0] = p[0];
+    }""")
+    assert wild._loaded.sequential
+    with pytest.raises(cuda.LaunchError, match=r"block \(1,0,0\), thread \(7,0,0\): illegal memory access"):
+        wild.get_function("wild")(cuda.mem_alloc(128), block=(32, 1, 1), grid=(2, 1))
+    _still_works(cuda, source_module)
+
+
+def test_a_waiting_call_in_a_launch_without_fibers_is_an_error_not_a_crash(cuda, source_module):
+    mod = source_module("__global__ void k(int* o) { __syncthreads(); o[threadIdx.x] = 1; }")
+    mod._loaded.sequential = True          # as if the module's imports had been misread
+    try:
+        with pytest.raises(cuda.LaunchError, match="internal emulator error: __syncthreads"):
+            mod.get_function("k")(cuda.mem_alloc(128), block=(32, 1, 1))
+    finally:
+        mod._loaded.sequential = False
+    _still_works(cuda, source_module)
+
+
 def test_barrier_in_divergent_code(cuda, source_module, short_timeout):
     mod = source_module("""
     __global__ void tiled(float* x, int n) {

@@ -62,6 +62,7 @@ struct LaunchState {
     std::vector<Warp> warps;
     std::vector<unsigned> slot;     // slot[linear]: that thread's place in `fibers`
     std::vector<unsigned char> dynamic_shared;
+    bool sequential;   // the module calls nothing that waits for other threads: one fiber runs them in turn
     int nthreads, ndone, nbarrier;
     int barrier_line, barrier_count;  // of the threads waiting at a barrier: the first one's line, true predicates
     bool barrier_mixed;               // some wait at another line
@@ -79,7 +80,10 @@ static const size_t kOutputLimit = 1 << 20;  // like the GPU's printf FIFO
 // ---- stacks ---------------------------------------------------------------
 static char* stacks;
 static size_t stack_size, stack_stride, stack_count;
-static size_t page_size() { return (size_t)sysconf(_SC_PAGESIZE); }
+static size_t page_size() {
+    static const size_t size = (size_t)sysconf(_SC_PAGESIZE);
+    return size;
+}
 // Stacks a power-of-two stride apart would put every fiber's top frames (what
 // each switch saves and reloads) in the same few cache sets, which thrashes the
 // caches with a large block; fiber i's stack top moves down by a colour of its
@@ -143,11 +147,15 @@ static int timeout_signal() { return SIGUSR2; }
 #endif
 
 // One watchdog thread for the process: it interrupts a launch past its deadline.
+// Arming and disarming only wake it when it would otherwise sleep past the new
+// deadline: a program making thousands of short launches costs it one wake-up
+// per time limit, not two thread switches per launch.
 struct Watchdog {
+    using Clock = std::chrono::steady_clock;
     std::mutex m;
     std::condition_variable cv;
     bool armed = false;
-    std::chrono::steady_clock::time_point deadline;
+    Clock::time_point deadline, waking = Clock::time_point::max();  // waking: when the thread looks next
     pthread_t target;
 
     Watchdog() { std::thread([this] { loop(); }).detach(); }
@@ -155,20 +163,23 @@ struct Watchdog {
         std::lock_guard<std::mutex> g(m);
         armed = true;
         target = pthread_self();
-        deadline = std::chrono::steady_clock::now() + std::chrono::microseconds((long long)(seconds * 1e6));
-        cv.notify_all();
+        deadline = Clock::now() + std::chrono::microseconds((long long)(seconds * 1e6));
+        if (deadline < waking) cv.notify_all();
     }
     void disarm() {
         std::lock_guard<std::mutex> g(m);
         armed = false;
-        cv.notify_all();
     }
     void loop() {
         std::unique_lock<std::mutex> g(m);
         for (;;) {
-            if (!armed) { cv.wait(g); continue; }
-            if (cv.wait_until(g, deadline) == std::cv_status::timeout && armed &&
-                std::chrono::steady_clock::now() >= deadline) {
+            if (!armed) {
+                waking = Clock::time_point::max();
+                cv.wait(g);
+                continue;
+            }
+            waking = deadline;
+            if (cv.wait_until(g, waking) == std::cv_status::timeout && armed && Clock::now() >= deadline) {
                 timed_out = 1;
                 armed = false;
                 pthread_kill(target, timeout_signal());
@@ -284,6 +295,29 @@ static void fiber_main() {
     __builtin_unreachable();
 }
 
+// A launch whose threads never wait for each other: they run one after the
+// other, in the pass's order, on the first fiber's stack (no stack and no
+// switch per thread: most of the cost of a short kernel).
+static void sequential_main() {
+    for (int pos = 0; pos < L.nthreads; pos++) {
+        Fiber* f = &L.fibers[pos];
+        cur = f;
+        threadIdx = f->tid;
+        L.thunk(L.fn, L.params);
+        f->state = kDone;
+        L.ndone++;
+    }
+    emu_fiber_switch(&L.fibers[0].sp, scheduler_sp);
+    __builtin_unreachable();
+}
+
+// Only a module that imports none of them runs sequentially; this is a safety net.
+static void check_not_sequential(const char* what) {
+    if (L.sequential)
+        fail(kLaunchFailure, std::string("kernel '") + L.kernel + "': internal emulator error: " + what +
+                                 " in a launch run without fibers");
+}
+
 static std::string describe_waits() {
     std::map<int, int> at_barrier, at_warp;
     for (auto& f : L.fibers) {
@@ -337,9 +371,11 @@ static void run_block(uint3 bid) {
     }
     for (int i = 0; i < n; i++) {
         Fiber& f = L.fibers[i];
-        f.sp = fiber_init(stacks + i * stack_stride + page_size(), stack_size + kColourSpan - stack_colour(i), fiber_main);
+        if (!L.sequential)
+            f.sp = fiber_init(stacks + i * stack_stride + page_size(), stack_size + kColourSpan - stack_colour(i), fiber_main);
         f.state = kReady;
     }
+    if (L.sequential) L.fibers[0].sp = fiber_init(stacks + page_size(), stack_size + kColourSpan, sequential_main);
     for (size_t w = 0; w < L.warps.size(); w++) {
         int lanes = std::min(32, n - int(w) * 32);
         L.warps[w].alive = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);
@@ -349,6 +385,11 @@ static void run_block(uint3 bid) {
     }
     L.ndone = L.nbarrier = 0;
     if (analysis::enabled()) analysis::begin_block(bid);
+    if (L.sequential) {
+        cur = &L.fibers[0];
+        emu_fiber_switch(&scheduler_sp, L.fibers[0].sp);
+        if (timed_out) siglongjmp(launch_jmp, kTimeout);
+    }
     for (;;) {
         L.pos = -1;
         Fiber* first = next_ready();
@@ -381,6 +422,7 @@ using namespace emu;
 
 // ---- device-side services ---------------------------------------------------
 static void arrive_at_barrier(int line, int predicate) {
+    check_not_sequential("__syncthreads()");
     Fiber* f = cur;
     f->state = kAtBarrier;
     f->line = line;
@@ -404,6 +446,7 @@ extern "C" int __emu_syncthreads_reduce(int line, int predicate, int op) {
 
 extern "C" const unsigned char* __emu_warp_exchange(int line, unsigned mask, const void* value, size_t size,
                                                     unsigned* arrived) {
+    check_not_sequential("a warp-synchronous call");
     Fiber* f = cur;
     unsigned lane = f->linear % 32;
     Warp& w = L.warps[f->linear / 32];
@@ -430,6 +473,7 @@ extern "C" void __emu_syncwarp(int line, unsigned mask) {
 
 extern "C" unsigned __emu_lane_id(void) { return cur->linear % 32; }
 extern "C" unsigned __emu_activemask(void) {
+    check_not_sequential("__activemask()");
     Fiber* f = cur;
     Warp& w = L.warps[f->linear / 32];
     f->state = kAtWarp;
@@ -493,13 +537,13 @@ extern "C" size_t emu_pending_output(void) { return output_text.size(); }
 
 extern "C" int emu_launch(const ModuleInfo* mod, int kernel, const unsigned char* params, size_t params_size,
                           const unsigned* grid, const unsigned* block, size_t dynamic_shared, double timeout_s,
-                          unsigned long long seed, const uintptr_t* buffers, size_t nbuffers) {
+                          unsigned long long seed, const uintptr_t* buffers, size_t nbuffers, int sequential) {
     static Watchdog& watchdog = *new Watchdog;  // never destroyed: its thread outlives exit handlers
     std::lock_guard<std::mutex> serial(launch_mutex);
     launch_thread = pthread_self();
     const KernelEntry& k = mod->kernels[kernel];
     int n = int(block[0] * block[1] * block[2]);
-    if (!ensure_stacks(size_t(n))) { error_text = "cannot allocate fiber stacks"; return kInvalid; }
+    if (!ensure_stacks(sequential ? 1 : size_t(n))) { error_text = "cannot allocate fiber stacks"; return kInvalid; }
     L.thunk = k.thunk;
     L.fn = k.fn;
     L.params = params;
@@ -507,6 +551,7 @@ extern "C" int emu_launch(const ModuleInfo* mod, int kernel, const unsigned char
     L.kernel = k.name;
     L.nthreads = n;
     L.seed = seed;
+    L.sequential = sequential != 0;
     L.fibers.assign(size_t(n), Fiber{});
     L.warps.assign(size_t((n + 31) / 32), Warp{});
     L.slot.resize(size_t(n));

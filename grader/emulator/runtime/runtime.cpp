@@ -221,7 +221,7 @@ struct SignalGuard {
 constexpr int SignalGuard::kSignals[4];
 
 // ---- scheduling -------------------------------------------------------------
-// A pass runs every ready fiber once, in `order`. A fiber that blocks switches
+// A pass runs every ready fiber once, in the order of `fibers`. A fiber that blocks switches
 // straight to the next ready one (one switch per thread, not two through the
 // scheduler); the last of the pass switches back to the scheduler.
 // The fibers are kept in the order of the pass, so that finding the next one is

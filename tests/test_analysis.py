@@ -200,6 +200,39 @@ def test_out_of_bounds_read_is_reported_with_its_line():
     assert err.value.kind == "fault" and f"line {finding.line}" in str(err.value)
 
 
+def test_out_of_bounds_write_says_where_it_is_among_the_allocations():
+    """A write past the end of C is said to be past the end of C, by how much,
+    and not inside any allocation; never "from the start of" an argument it is
+    not in (the message used to read "+N bytes from the start of argument 0")."""
+    mod = compiler.SourceModule("""
+    __global__ void past(float* C, int n, int extra) {
+        if (threadIdx.x == 5) C[n + extra] = 1.0f;
+    }""")
+    n = 1 << 18                                   # 1 MB: a mapping of its own, so the bytes after it are no one's
+    C = driver.mem_alloc(4 * n)
+    with analyze() as report:
+        with pytest.raises(driver.LaunchError) as err:
+            mod.get_function("past")(C, np.int32(n), np.int32(64), block=(32, 1, 1))
+    message = str(err.value)
+    assert "out-of-bounds 4-byte write" in message and "thread (5, 0, 0)" in message
+    assert "not inside any device allocation: 256 bytes past the end of argument 0 (float*, a 1048576-byte " \
+           "buffer)" in message, message
+    assert "from the start of" not in message
+    assert report.out_of_bounds[0].place in message
+
+
+def test_place_among_allocations():
+    from grader.emulator.analysis import place_among
+    ranges, names = [(1000, 100), (5000, 40)], ["A", "B"]
+    assert place_among(1096, 8, ranges, names) == \
+        "which starts 4 byte(s) before the end of A: its last 4 byte(s) are past the end"
+    assert place_among(1200, 4, ranges, names) == \
+        "not inside any device allocation: 100 bytes past the end of A; 3796 bytes before the start of B"
+    assert place_among(16, 4, ranges, names) == "not inside any device allocation: 980 bytes before the start of A"
+    assert place_among(9000, 4, ranges, names) == "not inside any device allocation: 3960 bytes past the end of B"
+    assert place_among(9000, 4, [], []) == "not inside any device allocation (the launch has none)"
+
+
 def test_misaligned_vector_access():
     mod = compiler.SourceModule(validate.BUGS, no_extern_c=True)
     d_in, d_out = _buffers()

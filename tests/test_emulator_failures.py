@@ -26,6 +26,81 @@ def _still_works(cuda, source_module):
     assert np.array_equal(v, np.arange(8))
 
 
+def test_time_limit_holds_after_many_launches_under_a_longer_one(cuda, source_module):
+    """The watchdog is not woken at each launch; a shorter limit after many
+    launches under a long one still ends an endless loop on time."""
+    from grader import emulator
+    before = emulator.launch_timeout()
+    mod = source_module("""
+    __global__ void spin(volatile int* flag, int forever) {
+        while (forever && *flag == 0) { }
+    }""")
+    flag = cuda.to_device(np.zeros(1, np.int32))
+    try:
+        emulator.set_launch_timeout(60.0)
+        for _ in range(300):
+            mod.get_function("spin")(flag, np.int32(0), block=(32, 1, 1))
+        emulator.set_launch_timeout(1.0)
+        start = time.perf_counter()
+        with pytest.raises(cuda.LaunchError, match="time limit"):
+            mod.get_function("spin")(flag, np.int32(1), block=(32, 1, 1))
+        assert time.perf_counter() - start < 3.0
+    finally:
+        emulator.set_launch_timeout(before)
+    _still_works(cuda, source_module)
+
+
+def test_kernels_that_never_wait_run_without_fibers_with_the_same_semantics(cuda, source_module):
+    """A module that calls no barrier or warp primitive runs each block's threads
+    one after the other on one stack: every thread still sees its own indices,
+    its own locals, the thread order seed, and a fault names its thread."""
+    from grader import emulator
+    plain = source_module("""
+    __global__ void k(int* out, int* ticket) {
+        int t = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+        int b = blockIdx.y * gridDim.x + blockIdx.x;
+        int local[40];
+        for (int i = 0; i < 40; i++) local[i] = t * 40 + i;
+        int s = 0;
+        for (int i = 0; i < 40; i++) s += local[i];
+        out[b * 60 + t] = s + 100000 * b;
+        atomicAdd(ticket, 1);
+    }""")
+    waiting = [source_module("__global__ void k(int* o) { __syncthreads(); o[threadIdx.x] = 1; }"),
+               source_module("__global__ void k(int* o) { o[threadIdx.x] = __shfl_down_sync(0xffffffffu, 1, 1); }")]
+    assert plain._loaded.sequential and not any(m._loaded.sequential for m in waiting)
+    expected = np.array([[sum(range(t * 40, t * 40 + 40)) + 100000 * b for t in range(60)] for b in range(6)])
+    for seed in (0, 99):
+        emulator.set_thread_order_seed(seed)
+        try:
+            out = np.full(6 * 60, -1, np.int32)
+            ticket = np.zeros(1, np.int32)
+            plain.get_function("k")(cuda.Out(out), cuda.InOut(ticket), block=(5, 4, 3), grid=(3, 2))
+        finally:
+            emulator.set_thread_order_seed(0)
+        assert np.array_equal(out.reshape(6, 60), expected) and ticket[0] == 360
+    wild = source_module("""
+    __global__ void wild(float* x) {
+        float* p = (float*)0x10;
+        if (blockIdx.x == 1 && threadIdx.x == 7) x[0] = p[0];
+    }""")
+    assert wild._loaded.sequential
+    with pytest.raises(cuda.LaunchError, match=r"block \(1,0,0\), thread \(7,0,0\): illegal memory access"):
+        wild.get_function("wild")(cuda.mem_alloc(128), block=(32, 1, 1), grid=(2, 1))
+    _still_works(cuda, source_module)
+
+
+def test_a_waiting_call_in_a_launch_without_fibers_is_an_error_not_a_crash(cuda, source_module):
+    mod = source_module("__global__ void k(int* o) { __syncthreads(); o[threadIdx.x] = 1; }")
+    mod._loaded.sequential = True          # as if the module's imports had been misread
+    try:
+        with pytest.raises(cuda.LaunchError, match="internal emulator error: __syncthreads"):
+            mod.get_function("k")(cuda.mem_alloc(128), block=(32, 1, 1))
+    finally:
+        mod._loaded.sequential = False
+    _still_works(cuda, source_module)
+
+
 def test_barrier_in_divergent_code(cuda, source_module, short_timeout):
     mod = source_module("""
     __global__ void tiled(float* x, int n) {
@@ -187,6 +262,43 @@ def test_permuted_thread_order_gives_same_result_for_correct_kernel(cuda, source
     finally:
         emulator.set_thread_order_seed(0)
     assert np.array_equal(a, np.arange(128)[::-1])
+
+
+def test_permuted_thread_order_keeps_warps_and_thread_indices(cuda, source_module):
+    """With a thread-order seed the threads of each block run in another order
+    (seen in the order they take tickets), and each keeps its own threadIdx and
+    warp: a shuffle reduction per warp and a barrier still give every block's sum."""
+    from grader import emulator
+    mod = source_module("""
+    __global__ void k(int* ticket, int* order, int* sums, int* ids) {
+        int t = threadIdx.y * blockDim.x + threadIdx.x;
+        int b = blockIdx.x;
+        order[b * 96 + atomicAdd(&ticket[b], 1)] = t;
+        int v = t + 1000 * b;
+        for (int d = 16; d > 0; d /= 2) v += __shfl_down_sync(0xffffffffu, v, d);
+        __shared__ int part[3];
+        if (t % 32 == 0) part[t / 32] = v;
+        __syncthreads();
+        if (t == 0) sums[b] = part[0] + part[1] + part[2];
+        ids[b * 96 + t] = t;
+    }""")
+    blocks = 3
+    ticket = np.zeros(blocks, np.int32)
+    order = np.full(blocks * 96, -1, np.int32)
+    sums = np.full(blocks, -1, np.int32)
+    ids = np.full(blocks * 96, -1, np.int32)
+    emulator.set_thread_order_seed(777)
+    try:
+        mod.get_function("k")(cuda.InOut(ticket), cuda.Out(order), cuda.Out(sums), cuda.Out(ids),
+                              block=(32, 3, 1), grid=(blocks, 1))
+    finally:
+        emulator.set_thread_order_seed(0)
+    order = order.reshape(blocks, 96)
+    assert all(sorted(row) == list(range(96)) for row in order)
+    assert any(list(row) != list(range(96)) for row in order)        # permuted
+    assert len({tuple(row) for row in order}) > 1                     # and differently per block
+    assert list(sums) == [sum(range(96)) + 96 * 1000 * b for b in range(blocks)]
+    assert np.array_equal(ids, np.tile(np.arange(96), blocks))
 
 
 

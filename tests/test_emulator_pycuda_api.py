@@ -168,3 +168,33 @@ def test_complex_elementwise_kernel_with_pycudas_header(tmp_path):
         print("ok")
     """)
     assert out.strip().endswith("ok")
+
+
+def test_linear_combination_kernel_fails_to_compile_as_on_cuda_13_and_elwise_module_runs(tmp_path):
+    """pycuda.elementwise.get_linear_combination_kernel includes pycuda-helpers.hpp
+    (textures, surfaces), which CUDA 13 cannot compile (PyCUDA 2026.1 on the
+    H200): a CompileError here too, with or without scalars on the device.
+    get_elwise_module, which the same example uses without textures, runs."""
+    out = run_script(tmp_path, """
+        import numpy as np
+        import pycuda.autoinit
+        import pycuda.driver as drv
+        import pycuda.gpuarray as gpuarray
+        from pycuda.elementwise import get_elwise_module, get_linear_combination_kernel, ScalarArg, VectorArg
+        for on_device in (False, True):
+            try:
+                get_linear_combination_kernel(((on_device, np.float32, np.float32),
+                                               (False, np.float32, np.float32)), np.float32)
+            except drv.CompileError as e:
+                print("CompileError", "pycuda-helpers.hpp" in str(e))
+        n = 1000 + 37
+        x = np.random.default_rng(3).random(n).astype(np.float32)
+        x_gpu = gpuarray.to_gpu(x)
+        mod = get_elwise_module([VectorArg(np.float32, "a"), VectorArg(np.float32, "x"), ScalarArg(np.uintp, "n")],
+                                "x[i] = a0 * x[i]", "scale", loop_prep="float a0 = *a")
+        five = gpuarray.to_gpu(np.array([5], np.float32))
+        mod.get_function("scale")(five, x_gpu, np.uintp(n), block=(128, 1, 1), grid=(3, 1))
+        assert np.allclose(x_gpu.get(), 5 * x)
+        print("ok")
+        """)
+    assert out.split() == ["CompileError", "True", "CompileError", "True", "ok"]

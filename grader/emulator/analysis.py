@@ -154,6 +154,7 @@ class Finding:
     buffer: str
     offset: int
     shared: bool
+    place: str = ""          # where a global address is among the device allocations (out of bounds)
 
     def describe(self) -> str:
         what = "read" if self.op == "ld" else "write"
@@ -162,8 +163,26 @@ class Finding:
             space = "shared" if self.shared else "global"
             return (f"{where}: misaligned address: a {self.size}-byte {space} {what} at 0x{self.address:x}, "
                     f"which is not a multiple of {min(self.size, 16)}")
-        return (f"{where}: out-of-bounds {self.size}-byte {what} at 0x{self.address:x}: {self.offset:+d} bytes from "
-                f"the start of {self.buffer}")
+        if self.shared or not self.place:
+            return (f"{where}: out-of-bounds {self.size}-byte {what} at 0x{self.address:x}: {self.offset:+d} bytes "
+                    f"from the start of {self.buffer}")
+        return f"{where}: out-of-bounds {self.size}-byte {what} at 0x{self.address:x}, {self.place}"
+
+
+def place_among(address: int, size: int, ranges: list[tuple[int, int]], names: list[str]) -> str:
+    """Where an access of `size` bytes at `address`, not inside any allocation,
+    is relative to the allocations (start, size) named `names`: the one it runs
+    off the end of, or the nearest below and above it; never "inside" one it is not in."""
+    end = address + size
+    for (start, n), name in zip(ranges, names):
+        if start <= address < start + n:
+            return (f"which starts {start + n - address} byte(s) before the end of {name}: its last "
+                    f"{end - (start + n)} byte(s) are past the end")
+    below = max(((start + n, name) for (start, n), name in zip(ranges, names) if start + n <= address), default=None)
+    above = min(((start, name) for (start, n), name in zip(ranges, names) if start >= end), default=None)
+    parts = ([f"{address - below[0]} bytes past the end of {below[1]}"] if below else []) + \
+            ([f"{above[0] - end} bytes before the start of {above[1]}"] if above else [])
+    return "not inside any device allocation" + (": " + "; ".join(parts) if parts else " (the launch has none)")
 
 
 @dataclass
@@ -362,9 +381,11 @@ def _thread(linear: int, block_dims: tuple[int, int, int]) -> tuple[int, int, in
     return (linear % bx, linear // bx % by, linear // (bx * by))
 
 
-def collect(loaded, kernel_name: str, block_dims, buffer_names: list[str]) -> list[Finding]:
+def collect(loaded, kernel_name: str, block_dims, buffer_names: list[str],
+            buffer_ranges: list[tuple[int, int]]) -> list[Finding]:
     """Move the runtime's results for one launch into the active report;
-    returns the launch's fatal findings (out of bounds, misaligned)."""
+    returns the launch's fatal findings (out of bounds, misaligned).
+    `buffer_ranges` are the (start, size) of the allocations `buffer_names` name."""
     rt = runtime()
     report = active()
     lines = _LineMap(loaded)
@@ -403,7 +424,10 @@ def collect(loaded, kernel_name: str, block_dims, buffer_names: list[str]) -> li
                         _thread(f.tid, block_dims), f.block.tuple(), f.addr,
                         "shared memory" if f.shared else
                         buffer_names[f.buffer] if 0 <= f.buffer < len(buffer_names) else "no buffer",
-                        f.offset, bool(f.shared)) for f in found]
+                        f.offset, bool(f.shared),
+                        place_among(f.addr, f.size, list(buffer_ranges), buffer_names)
+                        if FINDING_KINDS[f.kind] == "out of bounds" and not f.shared else "")
+                for f in found]
     report.out_of_bounds += findings
     report.launches += 1
     rt.emu_analysis_clear()

@@ -7,6 +7,7 @@ import re
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 from .build import BuiltModule, runtime_library
 
@@ -58,7 +59,7 @@ def runtime() -> ctypes.CDLL:
     lib.emu_launch.argtypes = [ctypes.POINTER(_ModuleInfo), ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
                                ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
                                ctypes.c_size_t, ctypes.c_double, ctypes.c_ulonglong,
-                               ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t]
+                               ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t, ctypes.c_int]
     lib.emu_last_error.restype = ctypes.c_char_p
     lib.emu_take_output.restype = ctypes.c_size_t
     lib.emu_take_output.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -94,6 +95,21 @@ class Kernel:
         return f"{self.name}({', '.join(p.type_name for p in self.params)})"
 
 
+# What makes a CUDA thread wait for others (runtime/cuda_emu.h): a module that
+# imports none of these runs each block's threads one after the other, without
+# a fiber per thread.
+_WAITING_CALLS = (b"__emu_syncthreads", b"__emu_syncthreads_reduce", b"__emu_syncwarp", b"__emu_warp_exchange",
+                  b"__emu_activemask")
+
+
+def _may_wait(library: Path) -> bool:
+    """Whether the module's symbol names include a waiting call (an imported
+    function's name is in .dynstr only where the module calls it; a name found
+    elsewhere, in a string or debug information, errs on the safe side)."""
+    data = library.read_bytes()
+    return any(name + b"\0" in data for name in _WAITING_CALLS)
+
+
 class LoadedModule:
     """One compiled module in memory: its kernels and device variables."""
 
@@ -120,6 +136,7 @@ class LoadedModule:
             self.kernels.setdefault(kernel.symbol, kernel)
         self.variables = {info.globals[i].name.decode(): (info.globals[i].addr, info.globals[i].size)
                           for i in range(info.nglobals)}
+        self.sequential = not _may_wait(built.library)
 
     def launch(self, kernel: Kernel, params: bytes, grid: tuple[int, int, int], block: tuple[int, int, int],
                shared: int, timeout: float, seed: int = 0,
@@ -131,7 +148,7 @@ class LoadedModule:
         b = (ctypes.c_uint * 3)(*block)
         flat = (ctypes.c_size_t * (2 * len(buffers) + 1))(*[v for pair in sorted(buffers) for v in pair])
         code = rt.emu_launch(self._info, kernel.index, params, len(params), g, b, shared, timeout, seed,
-                             flat, len(buffers))
+                             flat, len(buffers), self.sequential)
         return code, rt.emu_last_error().decode(errors="replace") if code else ""
 
     def base_address(self) -> int:

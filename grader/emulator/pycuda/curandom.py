@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import driver as drv
 from .gpuarray import GPUArray
 
 _rng = np.random.default_rng()
@@ -20,7 +21,10 @@ def rand(shape, dtype=np.float32, stream=None) -> GPUArray:
     """Uniform in [0, 1), like PyCUDA's md5-based rand."""
     dtype = np.dtype(dtype)
     result = GPUArray(shape, dtype)
-    if dtype.kind == "f":
+    if dtype in (np.float32, np.float64) and result.size:
+        with drv._serial:           # straight into device memory: no host array, no copy
+            _rng.random(out=result._view(), dtype=dtype)
+    elif dtype.kind == "f":
         result.set(_rng.random(result.shape, dtype=dtype))
     elif dtype in (np.int32, np.uint32):
         result.set(_rng.integers(0, 2**32, result.shape, dtype=np.uint32).view(dtype))

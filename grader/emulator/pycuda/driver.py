@@ -652,7 +652,7 @@ class Function:
         code, message = loaded.launch(kernel, params, grid, block, shared, config.launch_timeout(),
                                       config.thread_order_seed(), buffers)
         _copy_variables(loaded, self._loaded)
-        findings = analysis.collect(loaded, kernel.name, block, names)
+        findings = analysis.collect(loaded, kernel.name, block, names, sorted(buffers))
         if code == FAULT and findings:
             message = findings[0].describe()
         self._finish(code, message)

@@ -88,4 +88,56 @@ class ElementwiseKernel:
             self.get_function(False)(*values, np.uint64(first.size), grid=grid, block=block, stream=stream)
 
 
-__all__ = ["ElementwiseKernel", "ScalarArg", "VectorArg"]
+def get_elwise_module(arguments, operation, name="kernel", keep=False, options=None, preamble="", loop_prep="",
+                      after_loop=""):
+    """PyCUDA's module of one elementwise kernel: `arguments` (Argument objects)
+    must include the element count `n`; the loop is PyCUDA's."""
+    from .compiler import SourceModule
+    return SourceModule(f"""
+#include <pycuda-complex.hpp>
+{preamble}
+extern "C" __global__ void {name}({", ".join(a.declarator() for a in arguments)})
+{{
+  size_t tid = threadIdx.x;
+  size_t total_threads = gridDim.x * blockDim.x;
+  size_t cta_start = blockDim.x * blockIdx.x;
+  size_t i;
+  {loop_prep};
+  for (i = cta_start + tid; i < n; i += total_threads)
+  {{
+    {operation};
+  }}
+  {after_loop};
+}}
+""", options=options, keep=keep, no_extern_c=True)
+
+
+def get_linear_combination_kernel(summand_descriptors, dtype_z):
+    """z[i] = a0*x0[i] + a1*x1[i] + ..., written as PyCUDA writes it: it
+    includes pycuda-helpers.hpp (texture and surface helpers) and reads a
+    scalar held on the device (is_gpu_scalar) through a texture reference.
+    CUDA 13 cannot compile that header (PyCUDA 2026.1 on the H200) and the
+    emulator has neither the header nor texture references, so the kernel
+    fails to compile here as on a current GPU: pycuda.driver.CompileError."""
+    from .tools import dtype_to_ctype
+    args, preamble, loop_prep, summands, tex_names = [], ["#include <pycuda-helpers.hpp>\n"], [], [], []
+    for i, (is_gpu_scalar, scalar_dtype, vector_dtype) in enumerate(summand_descriptors):
+        if is_gpu_scalar:
+            preamble.append(f"texture <{dtype_to_ctype(scalar_dtype, with_fp_tex_hack=True)}, 1, "
+                            f"cudaReadModeElementType> tex_a{i};")
+            tex_names.append(f"tex_a{i}")
+            loop_prep.append(f"{dtype_to_ctype(scalar_dtype)} a{i} = fp_tex1Dfetch(tex_a{i}, 0)")
+        else:
+            args.append(ScalarArg(scalar_dtype, f"a{i}"))
+        args.append(VectorArg(vector_dtype, f"x{i}"))
+        summands.append(f"a{i}*x{i}[i]")
+    args += [VectorArg(dtype_z, "z"), ScalarArg(np.uintp, "n")]
+    mod = get_elwise_module(args, "z[i] = " + " + ".join(summands), "linear_combination",
+                            preamble="\n".join(preamble), loop_prep=";\n".join(loop_prep))
+    func = mod.get_function("linear_combination")
+    texrefs = [mod.get_texref(name) for name in tex_names]
+    func.prepare("".join(a.struct_char for a in args), texrefs=texrefs)
+    return func, texrefs
+
+
+__all__ = ["ElementwiseKernel", "ScalarArg", "VectorArg", "get_elwise_module", "get_linear_combination_kernel"]

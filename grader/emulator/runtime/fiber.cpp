@@ -13,6 +13,11 @@
 
 #if defined(__x86_64__)
 // Saves the callee-saved registers of the System V ABI on the current stack.
+// Leaves with an indirect jump, not `ret`: the return-stack predictor guesses
+// the caller of the *previous* switch, wrong at every thread's start; the
+// branch-target predictor learns where this jump goes (fiber_main in a block's
+// first pass, the kernel's barrier call site after). A block of 256 threads
+// with one barrier: about 1.5x faster (measured side by side, this machine).
 __asm__(
     ".text\n"
     ".globl " EMU_SYM(emu_fiber_switch) "\n"
@@ -22,7 +27,7 @@ __asm__(
     "  movq %rsp, (%rdi)\n"
     "  movq %rsi, %rsp\n"
     "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
-    "  ret\n");
+    "  popq %rcx\n  jmpq *%rcx\n");
 
 void* emu::fiber_init(char* stack_lo, size_t size, void (*entry)()) {
     auto top = reinterpret_cast<uintptr_t>(stack_lo + size) & ~uintptr_t(15);

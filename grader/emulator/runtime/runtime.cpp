@@ -58,14 +58,15 @@ struct LaunchState {
     const unsigned char* params;
     const ModuleInfo* mod;
     const char* kernel;
-    std::vector<Fiber> fibers;
+    std::vector<Fiber> fibers;      // in the order a pass runs them
     std::vector<Warp> warps;
-    std::vector<unsigned> order;
+    std::vector<unsigned> slot;     // slot[linear]: that thread's place in `fibers`
     std::vector<unsigned char> dynamic_shared;
+    bool sequential;   // the module calls nothing that waits for other threads: one fiber runs them in turn
     int nthreads, ndone, nbarrier;
     int barrier_line, barrier_count;  // of the threads waiting at a barrier: the first one's line, true predicates
     bool barrier_mixed;               // some wait at another line
-    int pos;           // the scheduler's place in `order` during a pass
+    int pos;           // the scheduler's place in `fibers` during a pass
     int barrier_result, barrier_all, barrier_any;
     unsigned long long seed;
 };
@@ -79,7 +80,10 @@ static const size_t kOutputLimit = 1 << 20;  // like the GPU's printf FIFO
 // ---- stacks ---------------------------------------------------------------
 static char* stacks;
 static size_t stack_size, stack_stride, stack_count;
-static size_t page_size() { return (size_t)sysconf(_SC_PAGESIZE); }
+static size_t page_size() {
+    static const size_t size = (size_t)sysconf(_SC_PAGESIZE);
+    return size;
+}
 // Stacks a power-of-two stride apart would put every fiber's top frames (what
 // each switch saves and reloads) in the same few cache sets, which thrashes the
 // caches with a large block; fiber i's stack top moves down by a colour of its
@@ -143,11 +147,15 @@ static int timeout_signal() { return SIGUSR2; }
 #endif
 
 // One watchdog thread for the process: it interrupts a launch past its deadline.
+// Arming and disarming only wake it when it would otherwise sleep past the new
+// deadline: a program making thousands of short launches costs it one wake-up
+// per time limit, not two thread switches per launch.
 struct Watchdog {
+    using Clock = std::chrono::steady_clock;
     std::mutex m;
     std::condition_variable cv;
     bool armed = false;
-    std::chrono::steady_clock::time_point deadline;
+    Clock::time_point deadline, waking = Clock::time_point::max();  // waking: when the thread looks next
     pthread_t target;
 
     Watchdog() { std::thread([this] { loop(); }).detach(); }
@@ -155,20 +163,23 @@ struct Watchdog {
         std::lock_guard<std::mutex> g(m);
         armed = true;
         target = pthread_self();
-        deadline = std::chrono::steady_clock::now() + std::chrono::microseconds((long long)(seconds * 1e6));
-        cv.notify_all();
+        deadline = Clock::now() + std::chrono::microseconds((long long)(seconds * 1e6));
+        if (deadline < waking) cv.notify_all();
     }
     void disarm() {
         std::lock_guard<std::mutex> g(m);
         armed = false;
-        cv.notify_all();
     }
     void loop() {
         std::unique_lock<std::mutex> g(m);
         for (;;) {
-            if (!armed) { cv.wait(g); continue; }
-            if (cv.wait_until(g, deadline) == std::cv_status::timeout && armed &&
-                std::chrono::steady_clock::now() >= deadline) {
+            if (!armed) {
+                waking = Clock::time_point::max();
+                cv.wait(g);
+                continue;
+            }
+            waking = deadline;
+            if (cv.wait_until(g, waking) == std::cv_status::timeout && armed && Clock::now() >= deadline) {
                 timed_out = 1;
                 armed = false;
                 pthread_kill(target, timeout_signal());
@@ -210,27 +221,33 @@ struct SignalGuard {
 constexpr int SignalGuard::kSignals[4];
 
 // ---- scheduling -------------------------------------------------------------
-// A pass runs every ready fiber once, in `order`. A fiber that blocks switches
+// A pass runs every ready fiber once, in the order of `fibers`. A fiber that blocks switches
 // straight to the next ready one (one switch per thread, not two through the
 // scheduler); the last of the pass switches back to the scheduler.
-static Fiber* next_ready() {
-    while (++L.pos < L.nthreads) {
-        Fiber& f = L.fibers[L.order[L.pos]];
-        if (f.state != kReady) continue;
-        cur = &f;
-        threadIdx = f.tid;
-        if (L.pos + 1 < L.nthreads) {  // the next fiber's saved frame, from L2 while this one runs
-            const char* sp = static_cast<const char*>(L.fibers[L.order[L.pos + 1]].sp);
+// The fibers are kept in the order of the pass, so that finding the next one is
+// one load (a barrier's switch is a few dozen instructions: each one shows).
+__attribute__((always_inline)) static inline Fiber* next_ready() {
+    Fiber* const fibers = L.fibers.data();
+    const int n = L.nthreads;
+    int pos = L.pos;
+    while (++pos < n) {
+        Fiber* f = fibers + pos;
+        if (f->state != kReady) continue;
+        L.pos = pos;
+        cur = f;
+        threadIdx = f->tid;
+        if (pos + 1 < n) {  // the next fiber's saved frame, from L2 while this one runs
+            const char* sp = static_cast<const char*>(f[1].sp);
             __builtin_prefetch(sp);
             __builtin_prefetch(sp + 64);
-            __builtin_prefetch(sp + 128);
         }
-        return &f;
+        return f;
     }
+    L.pos = pos;
     return nullptr;
 }
 
-static void switch_to_next_fiber() {
+__attribute__((always_inline)) static inline void switch_to_next_fiber() {
     Fiber* self = cur;
     Fiber* next = next_ready();
     emu_fiber_switch(&self->sp, next ? next->sp : scheduler_sp);
@@ -242,7 +259,7 @@ static void release_warp_if_complete(Warp& w) {
     unsigned base = unsigned(&w - L.warps.data()) * 32;
     for (unsigned lane = 0; lane < 32; lane++) {
         if (!((w.arrived >> lane) & 1)) continue;
-        Fiber& f = L.fibers[base + lane];
+        Fiber& f = L.fibers[L.slot[base + lane]];
         f.took_part = w.arrived;
         f.state = kReady;
     }
@@ -276,6 +293,29 @@ static void fiber_main() {
     release_warp_if_complete(w);
     switch_to_next_fiber();
     __builtin_unreachable();
+}
+
+// A launch whose threads never wait for each other: they run one after the
+// other, in the pass's order, on the first fiber's stack (no stack and no
+// switch per thread: most of the cost of a short kernel).
+static void sequential_main() {
+    for (int pos = 0; pos < L.nthreads; pos++) {
+        Fiber* f = &L.fibers[pos];
+        cur = f;
+        threadIdx = f->tid;
+        L.thunk(L.fn, L.params);
+        f->state = kDone;
+        L.ndone++;
+    }
+    emu_fiber_switch(&L.fibers[0].sp, scheduler_sp);
+    __builtin_unreachable();
+}
+
+// Only a module that imports none of them runs sequentially; this is a safety net.
+static void check_not_sequential(const char* what) {
+    if (L.sequential)
+        fail(kLaunchFailure, std::string("kernel '") + L.kernel + "': internal emulator error: " + what +
+                                 " in a launch run without fibers");
 }
 
 static std::string describe_waits() {
@@ -325,11 +365,17 @@ static void run_block(uint3 bid) {
     if (L.mod->shared_end > L.mod->shared_begin)
         memset(L.mod->shared_begin, 0xff, size_t(L.mod->shared_end - L.mod->shared_begin));
     if (!L.dynamic_shared.empty()) memset(L.dynamic_shared.data(), 0xff, L.dynamic_shared.size());
+    if (L.seed) {  // a permuted thread order exposes code that depends on the order
+        for (int i = n - 1; i > 0; i--) std::swap(L.fibers[i], L.fibers[next_random(L.seed) % (i + 1)]);
+        for (int i = 0; i < n; i++) L.slot[L.fibers[i].linear] = unsigned(i);
+    }
     for (int i = 0; i < n; i++) {
         Fiber& f = L.fibers[i];
-        f.sp = fiber_init(stacks + i * stack_stride + page_size(), stack_size + kColourSpan - stack_colour(i), fiber_main);
+        if (!L.sequential)
+            f.sp = fiber_init(stacks + i * stack_stride + page_size(), stack_size + kColourSpan - stack_colour(i), fiber_main);
         f.state = kReady;
     }
+    if (L.sequential) L.fibers[0].sp = fiber_init(stacks + page_size(), stack_size + kColourSpan, sequential_main);
     for (size_t w = 0; w < L.warps.size(); w++) {
         int lanes = std::min(32, n - int(w) * 32);
         L.warps[w].alive = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);
@@ -337,10 +383,13 @@ static void run_block(uint3 bid) {
         L.warps[w].soft = false;
         L.warps[w].parity = 0;
     }
-    if (L.seed)  // a permuted thread order exposes code that depends on the order
-        for (int i = n - 1; i > 0; i--) std::swap(L.order[i], L.order[next_random(L.seed) % (i + 1)]);
     L.ndone = L.nbarrier = 0;
     if (analysis::enabled()) analysis::begin_block(bid);
+    if (L.sequential) {
+        cur = &L.fibers[0];
+        emu_fiber_switch(&scheduler_sp, L.fibers[0].sp);
+        if (timed_out) siglongjmp(launch_jmp, kTimeout);
+    }
     for (;;) {
         L.pos = -1;
         Fiber* first = next_ready();
@@ -373,6 +422,7 @@ using namespace emu;
 
 // ---- device-side services ---------------------------------------------------
 static void arrive_at_barrier(int line, int predicate) {
+    check_not_sequential("__syncthreads()");
     Fiber* f = cur;
     f->state = kAtBarrier;
     f->line = line;
@@ -396,6 +446,7 @@ extern "C" int __emu_syncthreads_reduce(int line, int predicate, int op) {
 
 extern "C" const unsigned char* __emu_warp_exchange(int line, unsigned mask, const void* value, size_t size,
                                                     unsigned* arrived) {
+    check_not_sequential("a warp-synchronous call");
     Fiber* f = cur;
     unsigned lane = f->linear % 32;
     Warp& w = L.warps[f->linear / 32];
@@ -422,6 +473,7 @@ extern "C" void __emu_syncwarp(int line, unsigned mask) {
 
 extern "C" unsigned __emu_lane_id(void) { return cur->linear % 32; }
 extern "C" unsigned __emu_activemask(void) {
+    check_not_sequential("__activemask()");
     Fiber* f = cur;
     Warp& w = L.warps[f->linear / 32];
     f->state = kAtWarp;
@@ -485,13 +537,13 @@ extern "C" size_t emu_pending_output(void) { return output_text.size(); }
 
 extern "C" int emu_launch(const ModuleInfo* mod, int kernel, const unsigned char* params, size_t params_size,
                           const unsigned* grid, const unsigned* block, size_t dynamic_shared, double timeout_s,
-                          unsigned long long seed, const uintptr_t* buffers, size_t nbuffers) {
+                          unsigned long long seed, const uintptr_t* buffers, size_t nbuffers, int sequential) {
     static Watchdog& watchdog = *new Watchdog;  // never destroyed: its thread outlives exit handlers
     std::lock_guard<std::mutex> serial(launch_mutex);
     launch_thread = pthread_self();
     const KernelEntry& k = mod->kernels[kernel];
     int n = int(block[0] * block[1] * block[2]);
-    if (!ensure_stacks(size_t(n))) { error_text = "cannot allocate fiber stacks"; return kInvalid; }
+    if (!ensure_stacks(sequential ? 1 : size_t(n))) { error_text = "cannot allocate fiber stacks"; return kInvalid; }
     L.thunk = k.thunk;
     L.fn = k.fn;
     L.params = params;
@@ -499,14 +551,15 @@ extern "C" int emu_launch(const ModuleInfo* mod, int kernel, const unsigned char
     L.kernel = k.name;
     L.nthreads = n;
     L.seed = seed;
+    L.sequential = sequential != 0;
     L.fibers.assign(size_t(n), Fiber{});
     L.warps.assign(size_t((n + 31) / 32), Warp{});
-    L.order.resize(size_t(n));
+    L.slot.resize(size_t(n));
     for (int i = 0; i < n; i++) {
         Fiber& f = L.fibers[i];
         f.linear = unsigned(i);
         f.tid = uint3{unsigned(i) % block[0], (unsigned(i) / block[0]) % block[1], unsigned(i) / (block[0] * block[1])};
-        L.order[i] = unsigned(i);
+        L.slot[i] = unsigned(i);
     }
     L.dynamic_shared.assign(dynamic_shared, 0);
     __emu_dynamic_shared = L.dynamic_shared.empty() ? nullptr : L.dynamic_shared.data();

@@ -182,6 +182,7 @@ def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
                 f"(the stage's own is {own}; random seed {seed})")
     else:
         head = (f"wrong or bank-conflicting with another tile configuration than the stage's own ({own}): "
-                f"{'; '.join(failed)} - is a size written as a number where a tile parameter (BM, BN, BK, TM, "
-                f"TN) belongs, or a padding that only works for one of them? (random seed {seed})")
+                f"{'; '.join(failed)} - is a size written as a number where a tile parameter "
+                f"({', '.join(configs(stage)[0])}) belongs, or a padding that only works for one of them? "
+                f"(random seed {seed})")
     return CheckResult.make(NAME, ok_all, head + "\n" + "\n".join(lines), html=html, details={"seed": seed})

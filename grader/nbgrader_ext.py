@@ -42,8 +42,8 @@ from nbgrader.preprocessors import ClearSolutions, Execute, NbGraderPreprocessor
 from traitlets import Unicode
 
 from . import isolation, sandbox
-from .regrade import parse_test, regrade_cell
-from .static_values import code_cells, read_values
+from .regrade import parse_test, regrade_at
+from .static_values import code_cells
 
 CUDA_COMMENT = re.compile(r"^\s*//")
 
@@ -259,8 +259,7 @@ class GradeFromSource(NbGraderPreprocessor):
             meta = cell.get("metadata", {}).get("nbgrader", {})
             if not meta.get("grade") or meta.get("solution") or not parse_test(cell.source):
                 continue
-            before = [c.source for c in cells[:i]]
-            r = regrade_cell(cell.source, before, read_values(before))
+            r, _ = regrade_at(cells, i, cell.source)
             if r.score is None:
                 score, text = 0.0, self.not_readable.format(why=r.note.replace("not recomputed: ", ""))
             else:

@@ -191,6 +191,14 @@ class Row:
         return self.regraded is not None
 
 
+def regrade_at(cells: list, index: int, test_source: str) -> tuple[Regraded, NotebookValues]:
+    """`test_source` regraded from the code cells before cells[index] (their text, not run), and what
+    was read from them."""
+    before = [c.source for c in cells[:index]]
+    values = read_values(before)
+    return regrade_cell(test_source, before, values), values
+
+
 def regrade_notebook(sub: gradebook.SubmittedNotebook, graded: list[gradebook.GradedCell]) -> list[Row]:
     import nbformat        # an optional dependency at this layer: only regrade reads notebooks
     nb = nbformat.read(str(sub.path), as_version=4)
@@ -202,9 +210,7 @@ def regrade_notebook(sub: gradebook.SubmittedNotebook, graded: list[gradebook.Gr
             rows.append(Row(sub.student, sub.name, gc.name, gc.score, None, gc.max_score,
                             "not recomputed: the graded cell is missing from the notebook (grade it by hand)"))
             continue
-        before = [c.source for c in cells[:ids.index(gc.name)]]
-        values = read_values(before)
-        r = regrade_cell(gc.test_source, before, values)
+        r, values = regrade_at(cells, ids.index(gc.name), gc.test_source)
         note = r.note
         if values.suspicious:
             note += " | suspicious: " + "; ".join(values.suspicious[:3])

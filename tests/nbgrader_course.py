@@ -20,6 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
+import pytest
+
+import grader
 
 REPO = Path(__file__).resolve().parent.parent
 COURSE_ID = "sgemm-lab"
@@ -111,7 +114,6 @@ def generate_assignment(api, lab: str) -> None:
 @contextmanager
 def grading_environment():
     """The notebooks' kernels import this repository's grader and use this process's backend; restored after."""
-    import grader
     old_env = {k: os.environ.get(k) for k in ("PYTHONPATH", "GRADER_BACKEND")}
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in (old_env["PYTHONPATH"] or "").split(
         os.pathsep) if p])
@@ -152,8 +154,6 @@ def graded_course(course: Path, submissions: dict[str, dict]):
 def lab_course(lab: str, submissions: dict):
     """A module-scoped fixture `course`: a course holding the lab alone, its submissions {student: edit}
     autograded (graded_course)."""
-    import pytest
-
     @pytest.fixture(scope="module")
     def course(tmp_path_factory):
         """The course folder: the lab alone, its submissions autograded."""

@@ -4,11 +4,11 @@ cell by cell, the gradebook that serial `nbgrader autograde` gives; failures are
 retried once and recorded; a killed run loses nothing and the next one
 finishes it; an unchanged submission is not graded twice.
 
-The course and its submissions are made with tests/test_nbgrader_pipeline.py's
-helpers. Grading a lab 1 notebook on the emulator costs about 25 CPU seconds
-when its kernels compile (two submissions here: every grading process builds
-them afresh) and about 8 when they do not (kernel sources left None: the other
-ten), so that the class of twelve is graded three times (serially, by 4
+The course and its submissions are made with tests/nbgrader_course.py.
+Grading a lab 1 notebook on the emulator costs about 25 CPU seconds when its
+kernels compile (two submissions here: every grading process builds them
+afresh) and about 8 when they do not (kernel sources left None: the other ten),
+so that the class of twelve is graded three times (serially, by 4
 workers, by Slurm) in a few minutes on two cores.
 """
 from __future__ import annotations
@@ -28,14 +28,14 @@ import pytest
 
 pytest.importorskip("nbgrader")
 
-import test_nbgrader_pipeline as pipeline  # noqa: E402  (its helpers: _load_config, _submit, _nobounds_naive)
+from nbgrader_course import (REPO, generate_assignment, gradebook, load_config,  # noqa: E402
+                             naive_without_bounds_check, new_course, points, submit)
 from slurm_local import local_slurm       # noqa: E402
 
 from grader import class_autograde        # noqa: E402
 
-REPO = pipeline.REPO
-LAB, NB = pipeline.LAB1, pipeline.NB1
-REF_SCORE = pipeline.TOTAL[LAB] - pipeline.PERF[LAB]      # the reference without a GPU
+LAB, NB = "01-naive-coalesced", "naive-coalesced"
+REF_SCORE = sum(p for cell, p in points(LAB).items() if not cell.endswith("-performance"))   # without a GPU: 15
 ANSWERS = {"q-intensity": "AI_4096", "q-ridge": "RIDGE_H200", "q-naive-intensity": "AI_NAIVE",
            "q-sectors-naive": "SECTORS_NAIVE_A", "q-sectors-coalesced": "SECTORS_COALESCED_B"}
 
@@ -73,14 +73,16 @@ def _syntax_error(cells):
     cells["q-ridge"].source = "RIDGE_H200 = (67 *\n"
 
 
-def _stderr(cells):
-    _no_kernels(cells)
-    cells["q-intensity"].source += '\nimport sys\nprint("debug", AI_4096, file=sys.stderr)\n'
+def _answers_and(gid: str, code: str):
+    """An edit: kernels not written yet (_no_kernels), and code added at the end of one answer cell."""
+    def edit(cells):
+        _no_kernels(cells)
+        cells[gid].source += code
+    return edit
 
 
-def _extra_cell(cells):
-    _no_kernels(cells)
-    cells["q-ridge"].source += "\nmy_scratch = [AI_4096, RIDGE_H200]\n"
+_stderr = _answers_and("q-intensity", '\nimport sys\nprint("debug", AI_4096, file=sys.stderr)\n')
+_extra_cell = _answers_and("q-ridge", "\nmy_scratch = [AI_4096, RIDGE_H200]\n")
 
 
 # student -> edit (None: the reference). The first two compile their kernels.
@@ -90,7 +92,7 @@ def _unanswered(cells):
         cells[gid].source = f"{var} = None  # YOUR ANSWER HERE\n"
 
 
-CLASS = {"ref": None, "nobounds": pipeline._nobounds_naive, "unanswered": _unanswered,
+CLASS = {"ref": None, "nobounds": naive_without_bounds_check, "unanswered": _unanswered,
          "answers-only": _no_kernels, "answers-partial": _answers_partial, "answers-wrong": _answers_wrong,
          "expressions": _expressions, "syntax-error": _syntax_error, "stderr": _stderr,
          "extra-cell": _extra_cell, "late": _no_kernels, "deleted-test": _no_kernels}
@@ -103,7 +105,7 @@ def _env() -> dict:
 
 
 def _hand_in(course: Path, student: str, edit) -> Path:
-    pipeline._submit(course, LAB, NB, student, edit)
+    submit(course, LAB, student, edit)
     folder = course / "submitted" / student / LAB
     if student in TIMESTAMPS:
         (folder / "timestamp.txt").write_text(TIMESTAMPS[student])
@@ -121,11 +123,9 @@ def classes(tmp_path_factory):
     base = tmp_path_factory.mktemp("class")
     pristine = base / "pristine"
     pristine.mkdir()
-    shutil.copy(REPO / "nbgrader_config.py", pristine / "nbgrader_config.py")
-    shutil.copytree(REPO / "labs" / LAB, pristine / "labs" / LAB, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    new_course(pristine, [LAB])
     from nbgrader.apps import NbGraderAPI
-    r = NbGraderAPI(config=pipeline._load_config(pristine)).generate_assignment(LAB, force=True)
-    assert r["success"], r.get("error") or r.get("log")
+    generate_assignment(NbGraderAPI(config=load_config(pristine)), LAB)
     for student, edit in CLASS.items():
         _hand_in(pristine, student, edit)
     serial = base / "serial"
@@ -155,9 +155,8 @@ def _autograde(course: Path, *args: str, env: dict | None = None, timeout: int =
 def gradebook_contents(course: Path, students=None) -> dict:
     """Everything autograde writes, per student: timestamp, late penalties, and each
     cell's auto_score, manual_score, needs_manual_grade, max_score and auto_comment."""
-    from nbgrader.api import Gradebook
     out = {}
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
+    with gradebook(course) as gb:
         for sub in gb.find_assignment(LAB).submissions:
             if students is not None and sub.student.id not in students:
                 continue
@@ -259,25 +258,11 @@ def test_slurm_array_gives_the_serial_gradebook(classes, tmp_path):
 
 
 # ---- failures, fake GPUs, a killed run ----------------------------------------------------
-def _probe(cells):
-    """answers only, and a cell that prints the GPU its worker was given."""
-    _no_kernels(cells)
-    cells["q-ridge"].source += '\nimport os\nprint("CUDA_VISIBLE_DEVICES=" + os.environ["CUDA_VISIBLE_DEVICES"])\n'
-
-
-def _kills_its_worker(cells):
-    _no_kernels(cells)
-    cells["q-intensity"].source += "\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
-
-
-def _hangs(cells):
-    _no_kernels(cells)
-    cells["q-intensity"].source += "\nimport time\ntime.sleep(3600)\n"
-
-
-def _kernel_dies(cells):
-    _no_kernels(cells)
-    cells["q-intensity"].source += "\nimport os\nos._exit(3)\n"
+# answers only, and a cell that prints the GPU its worker was given
+_probe = _answers_and("q-ridge", '\nimport os\nprint("CUDA_VISIBLE_DEVICES=" + os.environ["CUDA_VISIBLE_DEVICES"])\n')
+_kills_its_worker = _answers_and("q-intensity", "\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n")
+_hangs = _answers_and("q-intensity", "\nimport time\ntime.sleep(3600)\n")
+_kernel_dies = _answers_and("q-intensity", "\nimport os\nos._exit(3)\n")
 
 
 def _marked_processes(course: Path) -> list[int]:

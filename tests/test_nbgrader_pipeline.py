@@ -12,15 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
-from pathlib import Path
-
 from html import escape as html_escape
 
 import nbformat
 import pytest
+from nbgrader_course import (REPO, autograded_notebook, cell_output, cell_scores, grade_id, graded_course, gradebook,
+                             naive_without_bounds_check, new_course, on_release, points, replace, source_notebook,
+                             stderr_in_graded_cells, submission_score)
 
-REPO = Path(__file__).resolve().parent.parent
 LAB1, NB1 = "01-naive-coalesced", "naive-coalesced"
 LAB2, NB2 = "02-smem-tiling", "smem-tiling"
 LAB3, NB3 = "07-minimums", "minimums"
@@ -68,12 +67,7 @@ EXPECTED = {
 }
 
 
-def _total(assignment: str) -> float:
-    nb = nbformat.read(str(REPO / "labs" / assignment / f"{NOTEBOOK[assignment]}.ipynb"), as_version=4)
-    return sum(c.metadata["nbgrader"]["points"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade"))
-
-
-EXPECTED.update({(LAB3, "ref"): _total(LAB3), (LAB4, "ref"): _total(LAB4)})      # no performance cells
+EXPECTED.update({(lab, "ref"): sum(points(lab).values()) for lab in (LAB3, LAB4)})      # no performance cells
 # Performance points a GPU adds: every correct kernel's. A kernel must pass the
 # correctness check before its speed counts, so the broken ones add nothing.
 GPU_PERF = {(LAB1, "ref"): PERF[LAB1], (LAB1, "nobounds"): 1.0,   # its coalesced kernel is the reference
@@ -83,80 +77,38 @@ GPU_PERF = {(LAB1, "ref"): PERF[LAB1], (LAB1, "nobounds"): 1.0,   # its coalesce
             (LAB2, "memory-bomb"): PERF[LAB2]}
 
 
-def _load_config(course: Path):
-    from traitlets.config.loader import PyFileConfigLoader
-    c = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()   # raises on a broken config
-    c.CourseDirectory.root = str(course)
-    return c
-
-
-def _solution_cells(assignment: str, name: str) -> dict[str, str]:
-    nb = nbformat.read(str(REPO / "labs" / assignment / f"{name}.ipynb"), as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("solution")}
-
-
-def _submit(course: Path, assignment: str, name: str, student: str, edit=None) -> None:
-    """The release copy with every answer cell filled in from the source notebook, then edit(cells)."""
-    nb = nbformat.read(str(course / "release" / assignment / f"{name}.ipynb"), as_version=4)
-    if getattr(edit, "on_release", False):
-        edit({c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells})
-    elif edit is not False:
-        sol = _solution_cells(assignment, name)
-        for c in nb.cells:
-            gid = c.metadata.get("nbgrader", {}).get("grade_id")
-            if gid in sol:
-                c.source = sol[gid]
-        if edit:
-            edit({c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells})
-    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") not in getattr(edit, "drop", ())]
-    nb.cells += [nbformat.v4.new_code_cell(src) for src in getattr(edit, "extra_cells", [])]
-    dest = course / "submitted" / student / assignment
-    dest.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(dest / f"{name}.ipynb"))
-
-
-def _replace(cell, old: str, new: str) -> None:
-    assert old in cell.source, old
-    cell.source = cell.source.replace(old, new)
-
-
-def _nobounds_naive(cells):
-    _replace(cells["naive-kernel"], "    if (row < M && col < N) {", "    {")
-
-
 def _naive_order(cells):
     """The coalesced stage with threadIdx.x moving the row again: still C = A B
     under the coalesced launch (blockIdx.x still picks the columns), but a warp
     reads 32 rows of A and writes 32 rows of C."""
     k = cells["coalesced-kernel"]
-    _replace(k, "const int col = blockIdx.x * blockDim.x + threadIdx.x;",
-             "const int col = blockIdx.x * blockDim.x + threadIdx.y;")
-    _replace(k, "const int row = blockIdx.y * blockDim.y + threadIdx.y;",
-             "const int row = blockIdx.y * blockDim.y + threadIdx.x;")
+    replace(k, "const int col = blockIdx.x * blockDim.x + threadIdx.x;",
+            "const int col = blockIdx.x * blockDim.x + threadIdx.y;")
+    replace(k, "const int row = blockIdx.y * blockDim.y + threadIdx.y;",
+            "const int row = blockIdx.y * blockDim.y + threadIdx.x;")
 
 
 def _nobounds_tiled(cells):
     k = cells["smem-tiling-kernel"]
-    _replace(k, "(row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f", "A[row * K + k0 + tx]")
-    _replace(k, "(k0 + ty < K && col < N) ? B[(k0 + ty) * N + col] : 0.0f", "B[(k0 + ty) * N + col]")
-    _replace(k, "    if (row < M && col < N)\n        C[row * N + col] = sum;", "    C[row * N + col] = sum;")
+    replace(k, "(row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f", "A[row * K + k0 + tx]")
+    replace(k, "(k0 + ty < K && col < N) ? B[(k0 + ty) * N + col] : 0.0f", "B[(k0 + ty) * N + col]")
+    replace(k, "    if (row < M && col < N)\n        C[row * N + col] = sum;", "    C[row * N + col] = sum;")
 
 
 def _nosync(cells):
     k = cells["smem-tiling-kernel"]
-    _replace(k, "            sum += As[ty][k] * Bs[k][tx];\n        __syncthreads();\n",
-             "            sum += As[ty][k] * Bs[k][tx];\n")
+    replace(k, "            sum += As[ty][k] * Bs[k][tx];\n        __syncthreads();\n",
+            "            sum += As[ty][k] * Bs[k][tx];\n")
 
 
 def _swapped(cells):
-    _replace(cells["smem-tiling-kernel"], "sum += As[ty][k] * Bs[k][tx];", "sum += As[k][ty] * Bs[k][tx];")
+    replace(cells["smem-tiling-kernel"], "sum += As[ty][k] * Bs[k][tx];", "sum += As[k][ty] * Bs[k][tx];")
 
 
 def _stderr(cells):
     k = cells["smem-tiling-kernel"]
     # a variable the compiler warns about, and a debugging print to stderr
-    _replace(k, "    float sum = 0.0f;\n", "    float sum = 0.0f;\n    int unused_debug = 42;\n")
+    replace(k, "    float sum = 0.0f;\n", "    float sum = 0.0f;\n    int unused_debug = 42;\n")
     k.source += '\nimport sys\nprint("debug: kernel source has", len(TILED_SOURCE), "characters", file=sys.stderr)\n'
 
 
@@ -168,8 +120,8 @@ def _tamper(cells):
 
 
 def _hang(cells):
-    _replace(cells["smem-tiling-kernel"], "    float sum = 0.0f;\n",
-             "    float sum = 0.0f;\n    volatile int spin = 1;\n    while (spin) { }\n")
+    replace(cells["smem-tiling-kernel"], "    float sum = 0.0f;\n",
+            "    float sum = 0.0f;\n    volatile int spin = 1;\n    while (spin) { }\n")
 
 
 def _poison(cells):
@@ -184,19 +136,13 @@ def _poison(cells):
         "_sh.copy(_ref, _stub); _sh.copy(_ref.with_suffix('.json'), _stub.with_suffix('.json'))\n")
 
 
-def _on_release(edit):
-    """An edit of the blank release copy (no answers filled in)."""
-    edit.on_release = True
-    return edit
-
-
-_on_release(_poison)
+on_release(_poison)
 
 
 def _oob_write(cells):
     """The reference kernel, plus one store a million floats past the end of C."""
-    _replace(cells["smem-tiling-kernel"], "        C[row * N + col] = sum;",
-             "        C[row * N + col] = sum;\n    if (row == 0 && col == 0) C[M * N + 1000000] = 1.0f;")
+    replace(cells["smem-tiling-kernel"], "        C[row * N + col] = sum;",
+            "        C[row * N + col] = sum;\n    if (row == 0 && col == 0) C[M * N + 1000000] = 1.0f;")
 
 
 def _exit(cells):
@@ -211,7 +157,7 @@ def _deleted_tests(cells):
 _deleted_tests.drop = ["smem-tiling-races"]
 
 
-@_on_release
+@on_release
 def _reads_solutions(cells):
     cells["smem-tiling-kernel"].source = (
         "import grader.compiler\nTILED_SOURCE = (grader.compiler.SOLUTIONS_DIR / 'smem-tiling.cu').read_text()\n"
@@ -219,19 +165,19 @@ def _reads_solutions(cells):
 
 
 # The attacks below go into an answer cell: nbgrader restores locked cells (setup) before it runs a notebook.
-@_on_release
+@on_release
 def _patches_numpy(cells):
     cells["q-reduction"].source += "\nnp.allclose = lambda *a, **k: True\nnp.isnan = lambda x: np.zeros(np.shape(x), bool)\n"
 
 
-@_on_release
+@on_release
 def _patches_grader(cells):
     cells["q-reduction"].source += ("\ngrader.grade = lambda *a, points=1, **k: float(points)\n"
                               "grader.frontend.grade = grader.grade\n"
                               "grader.grade_answer = lambda *a, points=1, **k: float(points)\n")
 
 
-@_on_release
+@on_release
 def _hides_results(cells):
     """No result shown: nbgrader gives a test cell that shows nothing and raises nothing full points."""
     cells["q-reduction"].source += ("\nimport sys\nsys.displayhook = lambda value: None\n"
@@ -239,7 +185,7 @@ def _hides_results(cells):
                               "sys.excepthook = lambda *a: None\nget_ipython().showtraceback = lambda *a, **k: None\n")
 
 
-@_on_release
+@on_release
 def _poisons_environment(cells):
     """A sitecustomize.py on the PYTHONPATH of every process the notebook starts: the grader patched there."""
     cells["q-reduction"].source += (
@@ -248,7 +194,7 @@ def _poisons_environment(cells):
         "os.environ['PYTHONPATH'] = str(_d) + os.pathsep + os.environ.get('PYTHONPATH', '')\n")
 
 
-@_on_release
+@on_release
 def _forges(cells):
     """Native code in the kernel source: a host destructor that would rewrite the check's result."""
     cells["smem-tiling-kernel"].source = cells["smem-tiling-kernel"].source.replace(
@@ -259,8 +205,8 @@ def _forges(cells):
 def _string_built(cells):
     """The reference, built with ordinary string operations (an honest student's style)."""
     k = cells["smem-tiling-kernel"]
-    _replace(k, 'TILED_SOURCE = r"""', 'TILED_SOURCE = (r"""')
-    _replace(k, '"""\ngrader.check', '""".replace("#define TILE 32", "#define TILE " + str(32)) + "\\n")\ngrader.check')
+    replace(k, 'TILED_SOURCE = r"""', 'TILED_SOURCE = (r"""')
+    replace(k, '"""\ngrader.check', '""".replace("#define TILE 32", "#define TILE " + str(32)) + "\\n")\ngrader.check')
 
 
 def _memory_bomb(cells):
@@ -271,7 +217,7 @@ _memory_bomb.extra_cells = ['PAD = "x" * 10**12', "BIG = " + " + ".join(["1"] * 
 
 
 SUBMISSIONS = {
-    LAB1: {"ref": None, "blank": False, "nobounds": _nobounds_naive, "naiveorder": _naive_order},
+    LAB1: {"ref": None, "blank": False, "nobounds": naive_without_bounds_check, "naiveorder": _naive_order},
     LAB2: {"ref": None, "blank": False, "nobounds": _nobounds_tiled, "nosync": _nosync, "swapped": _swapped,
            "stderr": _stderr, "tamper": _tamper, "hang": _hang, "poison": _poison, "blank-after-poison": False,
            "oob-write": _oob_write, "exit": _exit, "deleted-tests": _deleted_tests, "reads-solutions": _reads_solutions,
@@ -288,62 +234,22 @@ TIMES: dict[tuple[str, str], float] = {}     # seconds of each submission's auto
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
-    course = tmp_path_factory.mktemp("course")
-    shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
-    shutil.copytree(REPO / "labs", course / "labs", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    old_env = {k: os.environ.get(k) for k in ("PYTHONPATH", "GRADER_BACKEND")}
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in (old_env["PYTHONPATH"] or "").split(
-        os.pathsep) if p])
-    os.environ["GRADER_BACKEND"] = grader.BACKEND.name
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from nbgrader.apps import NbGraderAPI
-    api = NbGraderAPI(config=_load_config(course))
-    logs = {}
-    for assignment in SUBMISSIONS:
-        r = api.generate_assignment(assignment, force=True)
-        assert r["success"], r.get("error") or r.get("log")
-        assert "Exception while loading config file" not in (r.get("log") or "")
-        name = NOTEBOOK[assignment]
-        for student, edit in SUBMISSIONS[assignment].items():
-            _submit(course, assignment, name, student, edit)
-        for student in SUBMISSIONS[assignment]:
-            start = time.monotonic()
-            r = api.autograde(assignment, student, force=True)
-            TIMES[(assignment, student)] = time.monotonic() - start
-            logs[(assignment, student)] = r.get("log", "")
-            assert r["success"], f"{assignment}/{student}: {r.get('error') or r.get('log')}"
-    yield course, api, logs
-    for k, v in old_env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-def _scores(course: Path, assignment: str) -> dict[str, float]:
-    from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
-        return {s: gb.find_submission(assignment, s).score for s in SUBMISSIONS[assignment]}
-
-
-def _cell_scores(course: Path, assignment: str, student: str) -> dict[str, float]:
-    from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
-        nb = gb.find_submission_notebook(NOTEBOOK[assignment], assignment, student)
-        return {g.name: g.score for g in nb.grades}
+    course = new_course(tmp_path_factory.mktemp("course"), SUBMISSIONS)
+    with graded_course(course, SUBMISSIONS) as (api, seconds):
+        TIMES.update(seconds)
+        yield course, api
 
 
 def test_a_hanging_submission_costs_seconds(course):
     print("autograde seconds per submission:", {f"{a}/{s}": round(t, 1) for (a, s), t in TIMES.items()})
     if not ON_GPU:
         assert TIMES[(LAB2, "hang")] < 60, TIMES
-    cells = _cell_scores(course[0], LAB2, "hang")
+    cells = cell_scores(course[0], LAB2, "hang")
     assert cells["smem-tiling-correctness"] == 0 and cells["smem-tiling-races"] == 0
 
 
 def test_release_has_no_solutions(course):
-    course, _, _ = course
+    course, _ = course
     for assignment, name in ((LAB1, NB1), (LAB2, NB2)):
         text = (course / "release" / assignment / f"{name}.ipynb").read_text()
         assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
@@ -358,12 +264,12 @@ def test_release_has_no_solutions(course):
 
 @pytest.mark.parametrize("key", sorted(EXPECTED))
 def test_scores(course, key):
-    course_dir, _, _ = course
+    course_dir, _ = course
     assignment, student = key
     want = EXPECTED[key] + (GPU_PERF.get(key, 0.0) if ON_GPU else 0.0)
-    got = _scores(course_dir, assignment)[student]
+    got = submission_score(course_dir, assignment, student)
     assert got == pytest.approx(want), (f"{assignment}/{student}: {got} points, expected {want}; cells: "
-                                        f"{_cell_scores(course_dir, assignment, student)}")
+                                        f"{cell_scores(course_dir, assignment, student)}")
 
 
 # Lab 2, every submission, cell by cell (without a GPU: performance scores 0): questions (3 cells of 1),
@@ -389,7 +295,7 @@ LAB2_CELLS = {
 def test_every_submission_of_the_hostile_class_cell_by_cell(course):
     assert set(LAB2_CELLS) == set(SUBMISSIONS[LAB2])
     for student, want in LAB2_CELLS.items():
-        got = _cell_scores(course[0], LAB2, student)
+        got = cell_scores(course[0], LAB2, student)
         if ON_GPU:
             got.pop("smem-tiling-performance")
             want = {k: v for k, v in want.items() if k != "smem-tiling-performance"}
@@ -399,55 +305,43 @@ def test_every_submission_of_the_hostile_class_cell_by_cell(course):
 
 
 def test_which_cells_lose_points(course):
-    course_dir, _, _ = course
-    cells = _cell_scores(course_dir, LAB2, "nosync")
+    course_dir, _ = course
+    cells = cell_scores(course_dir, LAB2, "nosync")
     assert cells["smem-tiling-correctness"] == 0 and cells["smem-tiling-races"] == 0
-    cells = _cell_scores(course_dir, LAB2, "swapped")
+    cells = cell_scores(course_dir, LAB2, "swapped")
     assert cells["smem-tiling-correctness"] == 0 and cells["smem-tiling-races"] == 2
-    cells = _cell_scores(course_dir, LAB1, "nobounds")
+    cells = cell_scores(course_dir, LAB1, "nobounds")
     assert cells["naive-correctness"] == 0 and cells["naive-races"] == 0
     assert cells["coalesced-correctness"] == 3 and cells["coalesced-races"] == 1
     assert cells["coalesced-coalescing"] == COALESCING
-    cells = _cell_scores(course_dir, LAB1, "naiveorder")
+    cells = cell_scores(course_dir, LAB1, "naiveorder")
     assert cells["coalesced-correctness"] == 3 and cells["coalesced-races"] == 1
     assert cells["coalesced-coalescing"] == 0
-    assert _cell_scores(course_dir, LAB1, "ref")["coalesced-coalescing"] == COALESCING
+    assert cell_scores(course_dir, LAB1, "ref")["coalesced-coalescing"] == COALESCING
     if not ON_GPU:
         for student in ("ref", "stderr", "tamper"):
-            assert _cell_scores(course_dir, LAB2, student)["smem-tiling-performance"] == 0
+            assert cell_scores(course_dir, LAB2, student)["smem-tiling-performance"] == 0
 
 
 def test_performance_reported_not_graded_without_gpu(course):
     if ON_GPU:
         pytest.skip("a GPU grades performance")
-    course_dir, _, _ = course
-    nb = nbformat.read(str(course_dir / "autograded" / "ref" / LAB2 / f"{NB2}.ipynb"), as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "smem-tiling-performance")
-    text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-    assert "not graded: no GPU" in text
-    assert not any(o.output_type == "stream" and o.name == "stderr" for c in nb.cells
-                   if c.metadata.get("nbgrader", {}).get("grade") for o in c.outputs)
-
-
-def _cell_text(course_dir: Path, assignment: str, student: str, grade_id: str) -> str:
-    nb = nbformat.read(str(course_dir / "autograded" / student / assignment / f"{NOTEBOOK[assignment]}.ipynb"),
-                       as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
-    return "".join(o.get("text", "") + str(o.get("data", {}).get("text/plain", "")) for o in cell.outputs)
+    course_dir, _ = course
+    assert "not graded: no GPU" in cell_output(course_dir, LAB2, "ref", "smem-tiling-performance")
+    assert not stderr_in_graded_cells(course_dir, LAB2, "ref")
 
 
 def test_coalescing_names_the_uncoalesced_lines(course):
     """The naive index order's report: 32 sectors per request for A and for C, with the picture."""
-    course_dir, _, _ = course
-    text = _cell_text(course_dir, LAB1, "naiveorder", "coalesced-coalescing")
+    course_dir, _ = course
+    text = cell_output(course_dir, LAB1, "naiveorder", "coalesced-coalescing", shown=True)
     assert "load from A: 32 sectors per warp request" in text, text
     assert "store to C: 32 sectors per warp request" in text, text
     assert "1024 B moved for 128 B used" in text, text
-    text = _cell_text(course_dir, LAB1, "ref", "coalesced-coalescing")
+    text = cell_output(course_dir, LAB1, "ref", "coalesced-coalescing", shown=True)
     assert "load from B: 4 sectors per warp request" in text and "uncoalesced" not in text, text
     # The figure cell: at autograde time no check runs inside the notebook, and it says so (no error).
-    nb = nbformat.read(str(course_dir / "autograded" / "ref" / LAB1 / f"{NB1}.ipynb"), as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "roofline-estimated")
+    cell = next(c for c in autograded_notebook(course_dir, LAB1, "ref").cells if grade_id(c) == "roofline-estimated")
     assert not [o for o in cell.outputs if o.output_type == "error" or o.get("name") == "stderr"], cell.outputs
     assert "at autograde time the checks run outside this notebook" in "".join(o.get("text", "") for o in cell.outputs)
     assert any("image/png" in o.get("data", {}) for o in cell.outputs), cell.outputs
@@ -455,9 +349,8 @@ def test_coalescing_names_the_uncoalesced_lines(course):
 
 def _hidden_lines(assignment: str) -> list[str]:
     """The lines of the source notebook's hidden tests (what feedback must never show)."""
-    nb = nbformat.read(str(REPO / "labs" / assignment / f"{NOTEBOOK[assignment]}.ipynb"), as_version=4)
     lines = []
-    for c in nb.cells:
+    for c in source_notebook(assignment).cells:
         inside = False
         for line in c.source.splitlines():
             if "BEGIN HIDDEN TESTS" in line:
@@ -474,7 +367,7 @@ HIDDEN_LINES = {LAB2: _hidden_lines(LAB2)}
 
 
 def test_feedback_hides_hidden_tests(course):
-    course_dir, api, _ = course
+    course_dir, api = course
     for student in SUBMISSIONS[LAB2]:
         r = api.generate_feedback(LAB2, student, force=True)
         assert r["success"], r.get("log")
@@ -483,7 +376,7 @@ def test_feedback_hides_hidden_tests(course):
         for line in HIDDEN_LINES[LAB2]:
             assert html_escape(line) not in html and line not in html, (student, line)
     for student in SUBMISSIONS[LAB2]:          # no graded cell shows an error (a traceback shows test lines)
-        nb = nbformat.read(str(course_dir / "autograded" / student / LAB2 / f"{NB2}.ipynb"), as_version=4)
+        nb = autograded_notebook(course_dir, LAB2, student)
         assert not [o for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"
                     for o in c.outputs if o.output_type == "error" or o.get("name") == "stderr"], student
 
@@ -492,7 +385,7 @@ def test_regrade_agrees_with_autograde(course):
     """Autograde graded every cell from the notebook's text: a clean regrade finds no difference, still
     names the patching cells, and survives the memory bomb."""
     from grader.regrade import format_rows, regrade
-    course_dir, _, _ = course
+    course_dir, _ = course
     rows = regrade(course_dir, LAB2)
     text = format_rows(rows)
     assert not [r for r in rows if r.differs], text
@@ -508,7 +401,7 @@ def test_regrade_agrees_with_autograde(course):
 
 def test_regrade_cli(course):
     import subprocess
-    course_dir, _, _ = course
+    course_dir, _ = course
     p = subprocess.run([sys.executable, "-m", "grader", "regrade", str(course_dir), LAB2, "--differences"],
                        capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(
                            [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])},
@@ -525,13 +418,11 @@ TAMPERED = {LAB1: "naive-races", LAB2: "smem-tiling-correctness", LAB3: "host-fu
 
 
 def test_regrade_recomputes_every_cell_of_every_lab(course, tmp_path):
-    from nbgrader.api import Gradebook
-
     from grader.regrade import format_rows, regrade
-    course_dir, _, _ = course
+    course_dir, _ = course
     copy = tmp_path / "course"
     shutil.copytree(course_dir, copy, ignore=shutil.ignore_patterns("autograded", "feedback", "release"))
-    with Gradebook(f"sqlite:///{copy / 'gradebook.db'}", course_id="sgemm-lab") as gb:
+    with gradebook(copy) as gb:
         for assignment, cell in TAMPERED.items():
             grade = gb.find_grade(cell, NOTEBOOK[assignment], assignment, "ref")
             assert grade.score > 0, (assignment, cell, grade.score)

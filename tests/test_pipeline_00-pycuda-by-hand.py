@@ -16,15 +16,10 @@ And a hostile one (issue 17):
 """
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-from pathlib import Path
-
 import nbformat
 import pytest
+from nbgrader_course import REPO, cell_output, cell_scores, lab_course, replace, stderr_in_graded_cells
 
-REPO = Path(__file__).resolve().parent.parent
 LAB, NB = "00-pycuda-by-hand", "pycuda-by-hand"
 
 pytest.importorskip("nbgrader")
@@ -62,124 +57,50 @@ EXPECTED = {
 }
 
 
-def _load_config(course: Path):
-    from traitlets.config.loader import PyFileConfigLoader
-    c = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()   # raises on a broken config
-    c.CourseDirectory.root = str(course)
-    return c
-
-
-def _solution_cells() -> dict[str, str]:
-    nb = nbformat.read(str(REPO / "labs" / LAB / f"{NB}.ipynb"), as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("solution")}
-
-
-def _submit(course: Path, student: str, edit=None) -> None:
-    """The release copy with every answer cell filled in from the source notebook, then edit(cells)."""
-    nb = nbformat.read(str(course / "release" / LAB / f"{NB}.ipynb"), as_version=4)
-    if edit is not False:
-        sol = _solution_cells()
-        for c in nb.cells:
-            gid = c.metadata.get("nbgrader", {}).get("grade_id")
-            if gid in sol:
-                c.source = sol[gid]
-        if edit:
-            edit({c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells})
-    dest = course / "submitted" / student / LAB
-    dest.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(dest / f"{NB}.ipynb"))
-
-
-def _replace(cell, old: str, new: str) -> None:
-    assert old in cell.source, old
-    cell.source = cell.source.replace(old, new)
-
-
 def _short(cells):
-    _replace(cells["launch-config"], "grid = ((N + block[0] - 1) // block[0], (M + block[1] - 1) // block[1], 1)",
-             "grid = (N // block[0], M // block[1], 1)")
+    replace(cells["launch-config"], "grid = ((N + block[0] - 1) // block[0], (M + block[1] - 1) // block[1], 1)",
+            "grid = (N // block[0], M // block[1], 1)")
 
 
 def _float64(cells):
-    _replace(cells["matmul"], "    A = np.ascontiguousarray(A, dtype=np.float32)\n"
-                              "    B = np.ascontiguousarray(B, dtype=np.float32)\n", "")
+    replace(cells["matmul"], "    A = np.ascontiguousarray(A, dtype=np.float32)\n"
+                             "    B = np.ascontiguousarray(B, dtype=np.float32)\n", "")
 
 
 def _noevents(cells):
     cell = cells["time-matmul"]
-    _replace(cell, "    start, end = drv.Event(), drv.Event()\n", "")
-    _replace(cell, "        start.record()\n        kernel(*args, block=block, grid=grid)\n        end.record()\n"
-                   "        end.synchronize()                            # wait until the GPU has passed `end`\n"
-                   "        times.append(end.time_since(start) / 1e3)    # milliseconds -> seconds\n",
-             "        t0 = time.perf_counter()\n        kernel(*args, block=block, grid=grid)\n"
-             "        times.append(time.perf_counter() - t0)\n")
+    replace(cell, "    start, end = drv.Event(), drv.Event()\n", "")
+    replace(cell, "        start.record()\n        kernel(*args, block=block, grid=grid)\n        end.record()\n"
+                  "        end.synchronize()                            # wait until the GPU has passed `end`\n"
+                  "        times.append(end.time_since(start) / 1e3)    # milliseconds -> seconds\n",
+            "        t0 = time.perf_counter()\n        kernel(*args, block=block, grid=grid)\n"
+            "        times.append(time.perf_counter() - t0)\n")
     cell.source = "import time\n" + cell.source
 
 
 def _nowarmup(cells):
-    _replace(cells["time-matmul"], "    for _ in range(warmup):                          # untimed: module load, "
-                                   "clocks, caches\n        kernel(*args, block=block, grid=grid)\n", "")
+    replace(cells["time-matmul"], "    for _ in range(warmup):                          # untimed: module load, "
+                                  "clocks, caches\n        kernel(*args, block=block, grid=grid)\n", "")
 
 
 def _forges(cells):
-    _replace(cells["gflops"], "    return 2 * M * N * K / seconds / 1e9\n",
-             "    import json, os\n"
-             "    forged = {'name': 'gflops-formula', 'status': 'passed', 'message': 'forged', 'points': 1.0}\n"
-             "    for fd in range(3, 256):\n"
-             "        try:\n"
-             "            if os.readlink(f'/proc/self/fd/{fd}').startswith('pipe:'):\n"
-             "                os.write(fd, b'J' + json.dumps(forged).encode())\n"
-             "        except OSError:\n"
-             "            pass\n"
-             "    os._exit(0)\n")
+    replace(cells["gflops"], "    return 2 * M * N * K / seconds / 1e9\n",
+            "    import json, os\n"
+            "    forged = {'name': 'gflops-formula', 'status': 'passed', 'message': 'forged', 'points': 1.0}\n"
+            "    for fd in range(3, 256):\n"
+            "        try:\n"
+            "            if os.readlink(f'/proc/self/fd/{fd}').startswith('pipe:'):\n"
+            "                os.write(fd, b'J' + json.dumps(forged).encode())\n"
+            "        except OSError:\n"
+            "            pass\n"
+            "    os._exit(0)\n")
 
 
 SUBMISSIONS = {"ref": None, "blank": False, "short": _short, "float64": _float64, "noevents": _noevents,
                "nowarmup": _nowarmup, "forges": _forges}
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    course = tmp_path_factory.mktemp("course")
-    shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
-    shutil.copytree(REPO / "labs" / LAB, course / "labs" / LAB,
-                    ignore=shutil.ignore_patterns("*.py", "__pycache__", ".ipynb_checkpoints"))
-    old_env = {k: os.environ.get(k) for k in ("PYTHONPATH", "GRADER_BACKEND")}
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in (old_env["PYTHONPATH"] or "").split(
-        os.pathsep) if p])
-    os.environ["GRADER_BACKEND"] = grader.BACKEND.name
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from nbgrader.apps import NbGraderAPI
-    api = NbGraderAPI(config=_load_config(course))
-    r = api.generate_assignment(LAB, force=True)
-    assert r["success"], r.get("error") or r.get("log")
-    assert "Exception while loading config file" not in (r.get("log") or "")
-    for student, edit in SUBMISSIONS.items():
-        _submit(course, student, edit)
-    for student in SUBMISSIONS:
-        r = api.autograde(LAB, student, force=True)
-        assert r["success"], f"{student}: {r.get('error') or r.get('log')}"
-    yield course
-    for k, v in old_env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-def _cell_scores(course: Path, student: str) -> dict[str, float]:
-    from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
-        nb = gb.find_submission_notebook(NB, LAB, student)
-        return {g.name: g.score for g in nb.grades}
-
-
-def _output(course: Path, student: str, grade_id: str) -> str:
-    nb = nbformat.read(str(course / "autograded" / student / LAB / f"{NB}.ipynb"), as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
-    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+course = lab_course(LAB, SUBMISSIONS)
 
 
 def test_release_has_no_solutions(course):
@@ -207,31 +128,29 @@ def test_scores_per_cell(course, student):
     want = dict(EXPECTED[student])
     if ON_GPU and student in ("short", "float64", "nowarmup"):
         want["timing-plausible-test"] = 1.0          # their time_matmul still times the kernel right
-    got = _cell_scores(course, student)
+    got = cell_scores(course, LAB, student)
     assert got == pytest.approx(want), f"{student}: {got}"
 
 
 def test_broken_submissions_say_why(course):
-    out = _output(course, "short", "matmul-correct-test")
+    out = cell_output(course, LAB, "short", "matmul-correct-test")
     assert "never written" in out and "one block short in x" in out and "rounds down" in out, out
     assert "rows 64..69 and columns 96..99 of C were never written" in out, out
     assert "grid dimension of 0" in out, out                 # M = 1: 1 // 32 = 0 blocks
-    out = _output(course, "float64", "matmul-float64-test")
+    out = cell_output(course, LAB, "float64", "matmul-float64-test")
     assert "went to the device as float64" in out and "one block short" not in out, out
-    out = _output(course, "noevents", "timing-form-test")
+    out = cell_output(course, LAB, "noevents", "timing-form-test")
     assert "no CUDA event was recorded" in out, out
-    out = _output(course, "nowarmup", "timing-form-test")
+    out = cell_output(course, LAB, "nowarmup", "timing-form-test")
     assert "warmup=2 asks for 2 untimed launches" in out, out
-    out = _output(course, "forges", "gflops-test")
+    out = cell_output(course, LAB, "forges", "gflops-test")
     assert "ProcessEnded" in out and "forged" not in out, out
     if not ON_GPU:
-        assert "not graded: no GPU" in _output(course, "ref", "timing-plausible-test")
+        assert "not graded: no GPU" in cell_output(course, LAB, "ref", "timing-plausible-test")
 
 
 def test_no_stderr_in_graded_cells(course):
-    nb = nbformat.read(str(course / "autograded" / "ref" / LAB / f"{NB}.ipynb"), as_version=4)
-    assert not any(o.output_type == "stream" and o.name == "stderr" for c in nb.cells
-                   if c.metadata.get("nbgrader", {}).get("grade") for o in c.outputs)
+    assert not stderr_in_graded_cells(course, LAB, "ref")
 
 
 def test_regrade_recomputes_the_reference(course):

@@ -15,15 +15,11 @@ Broken submissions:
 """
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-from pathlib import Path
-
 import nbformat
 import pytest
+from nbgrader_course import (autograded_notebook, cell_output, cell_scores, grade_id, lab_course, points, replace,
+                             source_notebook, stderr_in_graded_cells)
 
-REPO = Path(__file__).resolve().parent.parent
 LAB, NB = "03-register-blocking", "register-blocking"
 
 pytest.importorskip("nbgrader")
@@ -71,126 +67,46 @@ GPU_CELLS = {
 }
 
 
-def _replace(cell, old: str, new: str) -> None:
-    assert old in cell.source, old
-    cell.source = cell.source.replace(old, new)
-
-
 def _pastblock(cells):
-    _replace(cells["blocktile-2d-kernel"], "const int threadCol = tid % (BN / TN);", "const int threadCol = tid % BN;")
-    _replace(cells["blocktile-2d-kernel"], "const int threadRow = tid / (BN / TN);", "const int threadRow = tid / BN;")
+    replace(cells["blocktile-2d-kernel"], "const int threadCol = tid % (BN / TN);", "const int threadCol = tid % BN;")
+    replace(cells["blocktile-2d-kernel"], "const int threadRow = tid / (BN / TN);", "const int threadRow = tid / BN;")
 
 
 def _nosync(cells):
-    _replace(cells["blocktile-1d-kernel"], "        }\n        __syncthreads();\n\n#pragma unroll\n"
-                                           "        for (int k = 0; k < BK; ++k) {\n",
-             "        }\n\n#pragma unroll\n        for (int k = 0; k < BK; ++k) {\n")
+    replace(cells["blocktile-1d-kernel"], "        }\n        __syncthreads();\n\n#pragma unroll\n"
+                                          "        for (int k = 0; k < BK; ++k) {\n",
+            "        }\n\n#pragma unroll\n        for (int k = 0; k < BK; ++k) {\n")
 
 
 def _granularity(cells):
-    _replace(cells["blocks-per-sm"], "regs_per_warp = round_up(regs_per_thread * WARP_SIZE, REG_ALLOC_UNIT)",
-             "regs_per_warp = regs_per_thread * WARP_SIZE")
+    replace(cells["blocks-per-sm"], "regs_per_warp = round_up(regs_per_thread * WARP_SIZE, REG_ALLOC_UNIT)",
+            "regs_per_warp = regs_per_thread * WARP_SIZE")
 
 
 def _noshared(cells):
-    _replace(cells["blocks-per-sm"], "return min(by_warps, MAX_BLOCKS_PER_SM, by_registers, by_shared)",
-             "return min(by_warps, MAX_BLOCKS_PER_SM, by_registers)")
+    replace(cells["blocks-per-sm"], "return min(by_warps, MAX_BLOCKS_PER_SM, by_registers, by_shared)",
+            "return min(by_warps, MAX_BLOCKS_PER_SM, by_registers)")
 
 
 SUBMISSIONS = {"ref": None, "blank": False, "pastblock": _pastblock, "nosync": _nosync,
                "granularity": _granularity, "noshared": _noshared}
 
 
-def _load_config(course: Path):
-    from traitlets.config.loader import PyFileConfigLoader
-    c = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()   # raises on a broken config
-    c.CourseDirectory.root = str(course)
-    return c
+course = lab_course(LAB, SUBMISSIONS)
 
 
-def _solution_cells() -> dict[str, str]:
-    nb = nbformat.read(str(REPO / "labs" / LAB / f"{NB}.ipynb"), as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("solution")}
-
-
-def _submit(course: Path, student: str, edit=None) -> None:
-    """The release copy with every answer cell filled in from the source notebook, then edit(cells)."""
-    nb = nbformat.read(str(course / "release" / LAB / f"{NB}.ipynb"), as_version=4)
-    if edit is not False:
-        sol = _solution_cells()
-        for c in nb.cells:
-            gid = c.metadata.get("nbgrader", {}).get("grade_id")
-            if gid in sol:
-                c.source = sol[gid]
-        if edit:
-            edit({c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells})
-    dest = course / "submitted" / student / LAB
-    dest.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(dest / f"{NB}.ipynb"))
-
-
-@pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    course = tmp_path_factory.mktemp("course")
-    shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
-    shutil.copytree(REPO / "labs" / LAB, course / "labs" / LAB,
-                    ignore=shutil.ignore_patterns("*.py", "__pycache__", ".ipynb_checkpoints"))
-    old_env = {k: os.environ.get(k) for k in ("PYTHONPATH", "GRADER_BACKEND")}
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in (old_env["PYTHONPATH"] or "").split(
-        os.pathsep) if p])
-    os.environ["GRADER_BACKEND"] = grader.BACKEND.name
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from nbgrader.apps import NbGraderAPI
-    api = NbGraderAPI(config=_load_config(course))
-    r = api.generate_assignment(LAB, force=True)
-    assert r["success"], r.get("error") or r.get("log")
-    assert "Exception while loading config file" not in (r.get("log") or "")
-    for student, edit in SUBMISSIONS.items():
-        _submit(course, student, edit)
-    for student in SUBMISSIONS:
-        r = api.autograde(LAB, student, force=True)
-        assert r["success"], f"{student}: {r.get('error') or r.get('log')}"
-    yield course
-    for k, v in old_env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-def _cell_scores(course: Path, student: str) -> dict[str, float]:
-    from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
-        nb = gb.find_submission_notebook(NB, LAB, student)
-        return {g.name: g.score for g in nb.grades}
-
-
-def _outputs(course: Path, student: str, cell_id: str) -> str:
-    nb = nbformat.read(str(course / "autograded" / student / LAB / f"{NB}.ipynb"), as_version=4)
-    cell = next(c for c in nb.cells if (c.metadata.get("nbgrader", {}).get("grade_id") or c.get("id")) == cell_id)
-    parts = []
-    for o in cell.outputs:
-        parts.append(o.get("text", ""))
-        parts.append(str(o.get("data", {}).get("text/plain", "")))
-        if o.get("output_type") == "error":
-            parts.append(f"{o.get('ename')}: {o.get('evalue')}")
-    return "".join(parts)
+def _outputs(course, student: str, cell: str) -> str:
+    return cell_output(course, LAB, student, cell, shown=True, errors=True)
 
 
 def test_the_notebook_has_the_cells_the_test_expects():
-    nb = nbformat.read(str(REPO / "labs" / LAB / f"{NB}.ipynb"), as_version=4)
-    graded = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in nb.cells
-              if c.metadata.get("nbgrader", {}).get("grade")}
-    assert graded == FULL
+    assert points(LAB) == FULL
 
 
 def test_the_notebooks_limits_are_the_h200s():
     """The constants the student's blocks_per_sm uses are the ones the grader's calculator uses."""
     from grader.occupancy import H200
-    nb = nbformat.read(str(REPO / "labs" / LAB / f"{NB}.ipynb"), as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "h200-limits")
+    cell = next(c for c in source_notebook(LAB).cells if grade_id(c) == "h200-limits")
     values: dict = {}
     exec(cell.source, values)
     assert (values["WARP_SIZE"], values["MAX_THREADS_PER_SM"], values["MAX_BLOCKS_PER_SM"], values["REGS_PER_SM"],
@@ -225,7 +141,7 @@ def test_release_has_no_solutions(course):
 
 @pytest.mark.parametrize("student", sorted(EXPECTED))
 def test_scores_per_cell(course, student):
-    got = _cell_scores(course, student)
+    got = cell_scores(course, LAB, student)
     want = dict(EXPECTED[student])
     if ON_GPU:
         want.update({cell: float(p) for cell, p in GPU_CELLS[student].items()})
@@ -262,8 +178,8 @@ def test_broken_submissions_are_told_why(course):
 
 def test_the_release_copy_runs_from_top_to_bottom(course):
     """The blank copy raises in no cell: the unanswered questions say so, the display cells say what is missing."""
-    nb = nbformat.read(str(course / "autograded" / "blank" / LAB / f"{NB}.ipynb"), as_version=4)
-    errors = [(c.metadata.get("nbgrader", {}).get("grade_id") or c.get("id"), o.get("ename"))
+    nb = autograded_notebook(course, LAB, "blank")
+    errors = [(grade_id(c) or c.get("id"), o.get("ename"))
               for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.get("output_type") == "error"]
     assert not errors, errors
 
@@ -280,9 +196,7 @@ def test_ptxas_and_maxrregcount_cells_do_not_show_made_up_numbers(course):
 
 
 def test_no_stderr_in_graded_cells(course):
-    nb = nbformat.read(str(course / "autograded" / "ref" / LAB / f"{NB}.ipynb"), as_version=4)
-    assert not any(o.output_type == "stream" and o.name == "stderr" for c in nb.cells
-                   if c.metadata.get("nbgrader", {}).get("grade") for o in c.outputs)
+    assert not stderr_in_graded_cells(course, LAB, "ref")
 
 
 def test_regrade_recomputes_every_cell(course):

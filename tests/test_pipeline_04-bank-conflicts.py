@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import re
 
-import os
-import shutil
-import sys
-from pathlib import Path
-
 import nbformat
 import pytest
+from nbgrader_course import (autograded_notebook, cell_output, cell_scores, grade_id, lab_course, points, replace,
+                             submission_score)
 
-REPO = Path(__file__).resolve().parent.parent
 LAB, NB = "04-bank-conflicts", "bank-conflicts"
 
 pytest.importorskip("nbgrader")
@@ -63,105 +59,35 @@ EXPECTED = {
 GPU_PERF = {"ref": 2.0, "hardcoded": 2.0, "tile32": 2.0, "nosync": 2.0, "blank": 0.0}
 
 
-def _replace(cell, old: str, new: str) -> None:
-    assert old in cell.source, old
-    cell.source = cell.source.replace(old, new)
-
-
 PAD_DEFINE = "#define AS_STRIDE (BM + 4)"
 
 
 def _unpadded(cells):
-    _replace(cells["bank-conflict-free-kernel"], PAD_DEFINE, "#define AS_STRIDE BM")
+    replace(cells["bank-conflict-free-kernel"], PAD_DEFINE, "#define AS_STRIDE BM")
 
 
 def _hardcoded(cells):
-    _replace(cells["bank-conflict-free-kernel"], PAD_DEFINE, "#define AS_STRIDE 132")
+    replace(cells["bank-conflict-free-kernel"], PAD_DEFINE, "#define AS_STRIDE 132")
 
 
 def _tile32(cells):
-    _replace(cells["transpose-kernel"], "__shared__ float tile[TILE_DIM][TILE_DIM + 1];",
-             "__shared__ float tile[TILE_DIM][TILE_DIM];")
+    replace(cells["transpose-kernel"], "__shared__ float tile[TILE_DIM][TILE_DIM + 1];",
+            "__shared__ float tile[TILE_DIM][TILE_DIM];")
 
 
 def _nosync(cells):
-    _replace(cells["transpose-kernel"], "    __syncthreads();\n", "")
+    replace(cells["transpose-kernel"], "    __syncthreads();\n", "")
 
 
 SUBMISSIONS = {"ref": None, "blank": False, "unpadded": _unpadded, "hardcoded": _hardcoded, "tile32": _tile32,
                "nosync": _nosync}
 
 
-def _load_config(course: Path):
-    from traitlets.config.loader import PyFileConfigLoader
-    c = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()   # raises on a broken config
-    c.CourseDirectory.root = str(course)
-    return c
-
-
-def _solution_cells() -> dict[str, str]:
-    nb = nbformat.read(str(REPO / "labs" / LAB / f"{NB}.ipynb"), as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("solution")}
-
-
-def _submit(course: Path, student: str, edit=None) -> None:
-    """The release copy with every answer cell filled in from the source notebook, then edit(cells)."""
-    nb = nbformat.read(str(course / "release" / LAB / f"{NB}.ipynb"), as_version=4)
-    if edit is not False:
-        sol = _solution_cells()
-        for c in nb.cells:
-            gid = c.metadata.get("nbgrader", {}).get("grade_id")
-            if gid in sol:
-                c.source = sol[gid]
-        if edit:
-            edit({c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells})
-    dest = course / "submitted" / student / LAB
-    dest.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(dest / f"{NB}.ipynb"))
-
-
-@pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    course = tmp_path_factory.mktemp("course")
-    shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
-    shutil.copytree(REPO / "labs" / LAB, course / "labs" / LAB, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    old_env = {k: os.environ.get(k) for k in ("PYTHONPATH", "GRADER_BACKEND")}
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in (old_env["PYTHONPATH"] or "").split(
-        os.pathsep) if p])
-    os.environ["GRADER_BACKEND"] = grader.BACKEND.name
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from nbgrader.apps import NbGraderAPI
-    api = NbGraderAPI(config=_load_config(course))
-    r = api.generate_assignment(LAB, force=True)
-    assert r["success"], r.get("error") or r.get("log")
-    assert "Exception while loading config file" not in (r.get("log") or "")
-    for student, edit in SUBMISSIONS.items():
-        _submit(course, student, edit)
-    for student in SUBMISSIONS:
-        r = api.autograde(LAB, student, force=True)
-        assert r["success"], f"{student}: {r.get('error') or r.get('log')}"
-    yield course
-    for k, v in old_env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-def _cell_scores(course: Path, student: str) -> dict[str, float]:
-    from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
-        nb = gb.find_submission_notebook(NB, LAB, student)
-        return {g.name: g.score for g in nb.grades}
+course = lab_course(LAB, SUBMISSIONS)
 
 
 def test_the_notebook_has_the_cells_the_test_expects():
-    nb = nbformat.read(str(REPO / "labs" / LAB / f"{NB}.ipynb"), as_version=4)
-    graded = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in nb.cells
-              if c.metadata.get("nbgrader", {}).get("grade")}
-    assert graded == FULL
+    assert points(LAB) == FULL
 
 
 def test_release_has_no_solutions(course):
@@ -183,7 +109,7 @@ def test_release_has_no_solutions(course):
 
 @pytest.mark.parametrize("student", sorted(EXPECTED))
 def test_scores_per_cell(course, student):
-    got = _cell_scores(course, student)
+    got = cell_scores(course, LAB, student)
     want = dict(EXPECTED[student])
     if ON_GPU:
         if student in GPU_PERF:
@@ -196,28 +122,19 @@ def test_scores_per_cell(course, student):
 
 
 def test_reference_gets_every_point_but_performance(course):
-    from nbgrader.api import Gradebook
     assert sum(EXPECTED["ref"].values()) == sum(FULL.values()) - KERNEL_CELLS[PERF] == 25
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
-        total = gb.find_submission(LAB, "ref").score
+    total = submission_score(course, LAB, "ref")
     assert total == pytest.approx(25 + (GPU_PERF["ref"] if ON_GPU else 0.0))
 
 
-def _outputs(course: Path, student: str, cell_id: str) -> str:
-    nb = nbformat.read(str(course / "autograded" / student / LAB / f"{NB}.ipynb"), as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == cell_id)
-    parts = []
-    for o in cell.outputs:
-        parts.append(o.get("text", ""))
-        parts.append(str(o.get("data", {}).get("text/plain", "")))
-    return "".join(parts)
+def _outputs(course, student: str, cell: str) -> str:
+    return cell_output(course, LAB, student, cell, shown=True)
 
 
 def test_the_unpadded_report_shows_the_conflict(course):
     """The given unpadded kernel's report, as the student sees it running the cell (at autograde time no
     check runs inside the notebook): the store's line, 8-way, the bank picture."""
-    nb = nbformat.read(str(course / "autograded" / "ref" / LAB / f"{NB}.ipynb"), as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "unpadded-kernel")
+    cell = next(c for c in autograded_notebook(course, LAB, "ref").cells if grade_id(c) == "unpadded-kernel")
     source = read_values([cell.source]).values["UNPADDED_SOURCE"]
     text = grader.check("bank-conflict-free", source, ["bank-conflicts"], announce=False).text()
     assert "line 69 (store): 8-way bank conflict" in text, text

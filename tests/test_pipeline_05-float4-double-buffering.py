@@ -10,20 +10,13 @@ each with its exact score per graded cell:
               shape, misaligned on views of A, B, C (alignment lost)
   nosync      double buffering without the barrier between the two buffers:
               a race, and wrong results (every double-buffering cell lost)
-
-The helpers are copied from tests/test_nbgrader_pipeline.py (the lead factors them later).
 """
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-from pathlib import Path
-
 import nbformat
 import pytest
+from nbgrader_course import cell_output, cell_scores, lab_course, points, replace, submission_score
 
-REPO = Path(__file__).resolve().parent.parent
 LAB, NB = "05-float4-double-buffering", "float4-double-buffering"
 
 pytest.importorskip("nbgrader")
@@ -70,103 +63,28 @@ VEC_CONDITION = ("    const bool vec = ((K | N) & 3) == 0 &&\n"
                  "          reinterpret_cast<unsigned long long>(C)) & 15) == 0;\n")
 
 
-def _load_config(course: Path):
-    from traitlets.config.loader import PyFileConfigLoader
-    c = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
-    c.CourseDirectory.root = str(course)
-    return c
-
-
-def _solution_cells() -> dict[str, str]:
-    nb = nbformat.read(str(REPO / "labs" / LAB / f"{NB}.ipynb"), as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("solution")}
-
-
-def _submit(course: Path, student: str, edit=None) -> None:
-    """The release copy with every answer cell filled in from the source notebook, then edit(cells)."""
-    nb = nbformat.read(str(course / "release" / LAB / f"{NB}.ipynb"), as_version=4)
-    if edit is not False:
-        sol = _solution_cells()
-        for c in nb.cells:
-            gid = c.metadata.get("nbgrader", {}).get("grade_id")
-            if gid in sol:
-                c.source = sol[gid]
-        if edit:
-            edit({c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells})
-    dest = course / "submitted" / student / LAB
-    dest.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(dest / f"{NB}.ipynb"))
-
-
-def _replace(cell, old: str, new: str) -> None:
-    assert cell.source.count(old) == 1, old
-    cell.source = cell.source.replace(old, new)
-
-
 def _nofallback(cells):
-    _replace(cells["vectorized-kernel"], VEC_CONDITION, "    const bool vec = true;   // float4 everywhere\n")
+    replace(cells["vectorized-kernel"], VEC_CONDITION, "    const bool vec = true;   // float4 everywhere\n", once=True)
 
 
 def _shapesonly(cells):
-    _replace(cells["vectorized-kernel"], VEC_CONDITION, "    const bool vec = ((K | N) & 3) == 0;\n")
+    replace(cells["vectorized-kernel"], VEC_CONDITION, "    const bool vec = ((K | N) & 3) == 0;\n", once=True)
 
 
 def _nosync(cells):
-    _replace(cells["double-buffering-kernel"],
-             "            store_shared(ra, rb, As[(t + 1) % 2], Bs[(t + 1) % 2]);\n        __syncthreads();\n",
-             "            store_shared(ra, rb, As[(t + 1) % 2], Bs[(t + 1) % 2]);\n")
+    replace(cells["double-buffering-kernel"],
+            "            store_shared(ra, rb, As[(t + 1) % 2], Bs[(t + 1) % 2]);\n        __syncthreads();\n",
+            "            store_shared(ra, rb, As[(t + 1) % 2], Bs[(t + 1) % 2]);\n", once=True)
 
 
 SUBMISSIONS = {"ref": None, "blank": False, "nofallback": _nofallback, "shapesonly": _shapesonly, "nosync": _nosync}
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    course = tmp_path_factory.mktemp("course")
-    shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
-    shutil.copytree(REPO / "labs" / LAB, course / "labs" / LAB, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    old_env = {k: os.environ.get(k) for k in ("PYTHONPATH", "GRADER_BACKEND")}
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in (old_env["PYTHONPATH"] or "").split(
-        os.pathsep) if p])
-    os.environ["GRADER_BACKEND"] = grader.BACKEND.name
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from nbgrader.apps import NbGraderAPI
-    api = NbGraderAPI(config=_load_config(course))
-    r = api.generate_assignment(LAB, force=True)
-    assert r["success"], r.get("error") or r.get("log")
-    for student, edit in SUBMISSIONS.items():
-        _submit(course, student, edit)
-    for student in SUBMISSIONS:
-        r = api.autograde(LAB, student, force=True)
-        assert r["success"], f"{student}: {r.get('error') or r.get('log')}"
-    yield course
-    for k, v in old_env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-def _cell_scores(course: Path, student: str) -> dict[str, float]:
-    from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
-        nb = gb.find_submission_notebook(NB, LAB, student)
-        return {g.name: g.score for g in nb.grades}
-
-
-def _output(course: Path, student: str, cell: str) -> str:
-    nb = nbformat.read(str(course / "autograded" / student / LAB / f"{NB}.ipynb"), as_version=4)
-    c = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == cell)
-    return "".join(o.get("text", "") for o in c.outputs if o.output_type == "stream")
+course = lab_course(LAB, SUBMISSIONS)
 
 
 def test_points_are_as_documented():
-    nb = nbformat.read(str(REPO / "labs" / LAB / f"{NB}.ipynb"), as_version=4)
-    graded = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in nb.cells
-              if c.metadata.get("nbgrader", {}).get("grade")}
-    assert graded == POINTS
+    assert points(LAB) == POINTS
 
 
 def test_release_has_no_solutions(course):
@@ -191,28 +109,26 @@ def test_cell_scores(course, student):
     if ON_GPU:
         for cell in GPU_PERF[student]:
             want[cell] = float(POINTS[cell])
-    got = _cell_scores(course, student)
+    got = cell_scores(course, LAB, student)
     assert got == pytest.approx(want), {c: (got.get(c), want[c]) for c in want if got.get(c) != want[c]}
 
 
 def test_totals(course):
-    from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
-        ref = gb.find_submission(LAB, "ref").score
+    ref = submission_score(course, LAB, "ref")
     assert ref == pytest.approx(sum(POINTS.values()) - (0 if ON_GPU else 4))     # 26 points, 4 of them performance
 
 
 def test_alignment_message_names_the_pointer(course):
-    text = _output(course, "shapesonly", "vectorized-alignment")
+    text = cell_output(course, LAB, "shapesonly", "vectorized-alignment")
     for pointer, line in (("A", "read of A"), ("B", "read of B"), ("C", "write of C")):
         assert f"{pointer} starts 4 bytes past a 16-byte boundary" in text and line in text, text
     assert "the float4 path needs a fallback" in text, text
-    text = _output(course, "nofallback", "vectorized-alignment")
+    text = cell_output(course, LAB, "nofallback", "vectorized-alignment")
     assert "K = 27 is not a multiple of 4" in text and "N = 37 is not a multiple of 4" in text, text
 
 
 def test_race_message(course):
-    text = _output(course, "nosync", "double-buffering-races")
+    text = cell_output(course, LAB, "nosync", "double-buffering-races")
     assert "race" in text, text
 
 
@@ -220,4 +136,4 @@ def test_performance_not_graded_without_gpu(course):
     if ON_GPU:
         pytest.skip("a GPU grades performance")
     for cell in PERFORMANCE:
-        assert "not graded: no GPU" in _output(course, "ref", cell)
+        assert "not graded: no GPU" in cell_output(course, LAB, "ref", cell)

@@ -15,15 +15,11 @@ Broken submissions:
 """
 from __future__ import annotations
 
-import os
-import shutil
-import sys
-from pathlib import Path
-
 import nbformat
 import pytest
+from nbgrader_course import (autograded_notebook, cell_output, cell_scores, grade_id, lab_course, replace,
+                             source_notebook, stderr_in_graded_cells)
 
-REPO = Path(__file__).resolve().parent.parent
 LAB, NB = "06-warptiling-autotuning", "warptiling-autotuning"
 
 pytest.importorskip("nbgrader")
@@ -33,8 +29,8 @@ import grader  # noqa: E402
 ON_GPU = grader.BACKEND.name == "gpu"
 
 POINTS = {"q-warps-test": 1, "q-results-test": 1, "q-fma-ratio-test": 1, "warptiling-correctness": 4,
-          "warptiling-races": 2, "warptiling-bank-conflicts": 2, "warptiling-configs": 2, "warptiling-performance": 2, "q-smem-test": 1,
-          "q-registers-test": 1, "violations-tiles": 3, "violations-resources": 3, "search-fake": 3,
+          "warptiling-races": 2, "warptiling-bank-conflicts": 2, "warptiling-configs": 2, "warptiling-performance": 2,
+          "q-smem-test": 1, "q-registers-test": 1, "violations-tiles": 3, "violations-resources": 3, "search-fake": 3,
           "autotuned-performance": 2, "search-tuned-performance": 2}
 GPU_ONLY = {"warptiling-performance", "autotuned-performance", "search-tuned-performance"}
 
@@ -67,111 +63,37 @@ EXPECTED = {
 }
 
 
-def _load_config(course: Path):
-    from traitlets.config.loader import PyFileConfigLoader
-    c = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()   # raises on a broken config
-    c.CourseDirectory.root = str(course)
-    return c
-
-
-def _solution_cells() -> dict[str, str]:
-    nb = nbformat.read(str(REPO / "labs" / LAB / f"{NB}.ipynb"), as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("solution")}
-
-
-def _submit(course: Path, student: str, edit=None) -> None:
-    """The release copy with every answer cell filled in from the source notebook, then edit(cells)."""
-    nb = nbformat.read(str(course / "release" / LAB / f"{NB}.ipynb"), as_version=4)
-    if edit is not False:
-        sol = _solution_cells()
-        for c in nb.cells:
-            gid = c.metadata.get("nbgrader", {}).get("grade_id")
-            if gid in sol:
-                c.source = sol[gid]
-        if edit:
-            edit({c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells})
-    dest = course / "submitted" / student / LAB
-    dest.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(dest / f"{NB}.ipynb"))
-
-
-def _replace(cell, old: str, new: str) -> None:
-    assert old in cell.source, old
-    cell.source = cell.source.replace(old, new)
-
-
 def _keepsinvalid(cells):
-    _replace(cells["search"], "        if reject_fn(config):              # invalid: never compiled\n"
-                              "            continue\n", "")
+    replace(cells["search"], "        if reject_fn(config):              # invalid: never compiled\n"
+                             "            continue\n", "")
 
 
 def _nocheck(cells):
-    _replace(cells["search"], "        if check_fn(config) is not None:   # compiles, but wrong (or does not compile "
-                              "or launch)\n            continue\n", "")
+    replace(cells["search"], "        if check_fn(config) is not None:   # compiles, but wrong (or does not compile "
+                             "or launch)\n            continue\n", "")
 
 
 def _nosmem(cells):
-    _replace(cells["violations"], "    smem = 4 * STAGES * BK * (BM + 4 + BN)\n"
-                                  "    if MIN_BLOCKS * (smem + limits.smem_reserved_per_block) > limits.smem_per_sm:\n"
-                                  "        why.append(f\"shared memory: {MIN_BLOCKS} x ({smem} + "
-                                  "{limits.smem_reserved_per_block}) bytes > \"\n"
-                                  "                   f\"{limits.smem_per_sm} per SM\")\n", "")
+    replace(cells["violations"], "    smem = 4 * STAGES * BK * (BM + 4 + BN)\n"
+                                 "    if MIN_BLOCKS * (smem + limits.smem_reserved_per_block) > limits.smem_per_sm:\n"
+                                 "        why.append(f\"shared memory: {MIN_BLOCKS} x ({smem} + "
+                                 "{limits.smem_reserved_per_block}) bytes > \"\n"
+                                 "                   f\"{limits.smem_per_sm} per SM\")\n", "")
 
 
 def _warpindex(cells):
-    _replace(cells["warptiling-kernel"], "warpCol = warp % (BN / WN);", "warpCol = warp % (BM / WM);")
+    replace(cells["warptiling-kernel"], "warpCol = warp % (BN / WN);", "warpCol = warp % (BM / WM);")
 
 
 def _hardbk(cells):
-    _replace(cells["warptiling-kernel"], "    for (int k = 0; k < BK; ++k) {", "    for (int k = 0; k < 8; ++k) {")
+    replace(cells["warptiling-kernel"], "    for (int k = 0; k < BK; ++k) {", "    for (int k = 0; k < 8; ++k) {")
 
 
 SUBMISSIONS = {"ref": None, "blank": False, "keepsinvalid": _keepsinvalid, "nocheck": _nocheck, "nosmem": _nosmem,
                "warpindex": _warpindex, "hardbk": _hardbk}
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory):
-    course = tmp_path_factory.mktemp("course")
-    shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
-    shutil.copytree(REPO / "labs" / LAB, course / "labs" / LAB,
-                    ignore=shutil.ignore_patterns("*.py", "__pycache__", ".ipynb_checkpoints"))
-    old_env = {k: os.environ.get(k) for k in ("PYTHONPATH", "GRADER_BACKEND")}
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in (old_env["PYTHONPATH"] or "").split(
-        os.pathsep) if p])
-    os.environ["GRADER_BACKEND"] = grader.BACKEND.name
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    from nbgrader.apps import NbGraderAPI
-    api = NbGraderAPI(config=_load_config(course))
-    r = api.generate_assignment(LAB, force=True)
-    assert r["success"], r.get("error") or r.get("log")
-    assert "Exception while loading config file" not in (r.get("log") or "")
-    for student, edit in SUBMISSIONS.items():
-        _submit(course, student, edit)
-    for student in SUBMISSIONS:
-        r = api.autograde(LAB, student, force=True)
-        assert r["success"], f"{student}: {r.get('error') or r.get('log')}"
-    yield course
-    for k, v in old_env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-def _cell_scores(course: Path, student: str) -> dict[str, float]:
-    from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
-        nb = gb.find_submission_notebook(NB, LAB, student)
-        return {g.name: g.score for g in nb.grades}
-
-
-def _output(course: Path, student: str, grade_id: str) -> str:
-    nb = nbformat.read(str(course / "autograded" / student / LAB / f"{NB}.ipynb"), as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
-    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+course = lab_course(LAB, SUBMISSIONS)
 
 
 def test_release_has_no_solutions(course):
@@ -198,8 +120,7 @@ def test_release_has_no_solutions(course):
 
 def test_release_kernel_compiles():
     """The student's starting kernel compiles (and computes a wrong C), so the first self-check says why."""
-    nb = nbformat.read(str(REPO / "labs" / LAB / f"{NB}.ipynb"), as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "warptiling-kernel")
+    cell = next(c for c in source_notebook(LAB).cells if grade_id(c) == "warptiling-kernel")
     lines, out, skip = cell.source.split('"""')[1].splitlines(keepends=True), [], False
     for ln in lines:
         if ln.strip() == "// BEGIN SOLUTION":
@@ -215,38 +136,35 @@ def test_release_kernel_compiles():
 
 @pytest.mark.parametrize("student", sorted(EXPECTED))
 def test_scores_per_cell(course, student):
-    got = _cell_scores(course, student)
+    got = cell_scores(course, LAB, student)
     assert got == pytest.approx(EXPECTED[student]), f"{student}: {got}"
 
 
 def test_broken_submissions_say_why(course):
-    out = _output(course, "keepsinvalid", "search-fake")
+    out = cell_output(course, LAB, "keepsinvalid", "search-fake")
     assert "which reject_fn rejects" in out and "an invalid configuration" in out, out
-    out = _output(course, "nocheck", "search-fake")
+    out = cell_output(course, LAB, "nocheck", "search-fake")
     assert "an incorrect one (check_fn: wrong result" in out, out
-    out = _output(course, "nosmem", "violations-resources")
+    out = cell_output(course, LAB, "nosmem", "violations-resources")
     assert "you accepted it; the grader rejects it: shared memory:" in out and "(A100)" in out, out
     assert "limits.smem" not in out, out                      # the reason, never the rule as code
-    out = _output(course, "warpindex", "warptiling-correctness")
+    out = cell_output(course, LAB, "warpindex", "warptiling-correctness")
     assert "M=1 N=129 K=31" in out, out
-    out = _output(course, "hardbk", "warptiling-configs")
+    out = cell_output(course, LAB, "hardbk", "warptiling-configs")
     assert "BK=16" in out and "elements of C wrong" in out and "written as a number" in out, out
-    out = _output(course, "blank", "violations-tiles")
+    out = cell_output(course, LAB, "blank", "violations-tiles")
     assert "not written yet" in out, out
     if not ON_GPU:
         for gid in GPU_ONLY:
-            assert "not graded: no GPU" in _output(course, "ref", gid), gid
+            assert "not graded: no GPU" in cell_output(course, LAB, "ref", gid), gid
 
 
 def test_no_stderr_in_graded_cells(course):
-    nb = nbformat.read(str(course / "autograded" / "ref" / LAB / f"{NB}.ipynb"), as_version=4)
-    assert not any(o.output_type == "stream" and o.name == "stderr" for c in nb.cells
-                   if c.metadata.get("nbgrader", {}).get("grade") for o in c.outputs)
+    assert not stderr_in_graded_cells(course, LAB, "ref")
 
 
 def test_the_search_runs_on_the_real_kernel(course):
-    nb = nbformat.read(str(course / "autograded" / "ref" / LAB / f"{NB}.ipynb"), as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "search-demo")
+    cell = next(c for c in autograded_notebook(course, LAB, "ref").cells if grade_id(c) == "search-demo")
     text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
     assert "chosen: BM=128 BN=256" in text and "check_fn" in text, text
     assert not any(o.output_type == "error" for o in cell.outputs), cell.outputs

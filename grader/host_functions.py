@@ -15,7 +15,8 @@ patched numpy there costs that check only). So
   submitted notebook's cells with `source_from_cells`, without running them:
   the imports, definitions and literal assignments (no other statements) of
   the cells up to the test cell;
-- the grading process loads it with `load_function`.
+- the student's own process (grader.student_process, started by the grading
+  process, which keeps the check) loads it with `load_function`.
 
 Layer: kernels and host drivers (standard library only).
 """

@@ -217,6 +217,19 @@ def launch_errors(driver) -> tuple[type[BaseException], ...]:
     return (driver.Error, TypeError, ValueError)
 
 
+def guard_problems(before, after, n: int, name: str) -> list[str]:
+    """What writes into the guard zones around an output of n floats say (nothing: [])."""
+    if not len(before) and not len(after):
+        return []
+    where = []
+    if len(before):
+        where.append(f"{len(before)} float(s) before {name} (first at offset {int(before[-1])})")
+    if len(after):
+        where.append(f"{len(after)} float(s) after its end (first at {name}[{n + int(after[0])}], past the last "
+                     f"element {name}[{n - 1}])")
+    return [f"wrote outside {name}: " + " and ".join(where) + " - a missing bounds check?"]
+
+
 def returned_matrix(value, shape: tuple) -> np.ndarray | None:
     """A float32 array of this shape, as a grading process returned it, or None (missing or malformed)."""
     if value is None:

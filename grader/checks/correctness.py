@@ -8,8 +8,8 @@ import numpy as np
 from .. import sgemm
 from ..report import CheckResult, png_base64
 from ..backend import drivers
-from .common import (compile_function, did_not_finish, launch_budget, launch_errors, launch_failure, run_guarded,
-                     start_stage_collect)
+from .common import (compile_function, did_not_finish, guard_problems, launch_budget, launch_errors, launch_failure,
+                     run_guarded, start_stage_collect)
 
 NAME = "correctness"
 # Not multiples of 8, 16, 32, 64 or 128 in any dimension, one of them a single row.
@@ -120,15 +120,7 @@ def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
             continue
         before = np.asarray(arrays.get(f"before{i}", np.empty(0)), dtype=np.int64)
         after = np.asarray(arrays.get(f"after{i}", np.empty(0)), dtype=np.int64)
-        problems = []
-        if len(before) or len(after):
-            where = []
-            if len(before):
-                where.append(f"{len(before)} float(s) before C (first at offset {int(before[-1])})")
-            if len(after):
-                where.append(f"{len(after)} float(s) after its end (first at C[{M * N + int(after[0])}], "
-                             f"past the last element C[{M * N - 1}])")
-            problems.append("wrote outside C: " + " and ".join(where) + " - a missing bounds check?")
+        problems = guard_problems(before, after, M * N, "C")
         cmp = sgemm.compare(C, A, B)
         if not cmp.ok:
             r, c, want, got = cmp.first

@@ -22,8 +22,8 @@ from ..report import CheckResult
 from ..sgemm import driver_of, nan_hint, never_written, poisoned
 from . import emulator_tools as analysis
 from .bank_conflicts_configs import conflict_report
-from .common import (GUARD_BITS, did_not_finish, does_not_compile, launch_errors, launch_failure, reference_budget,
-                     returned_matrix, split_run, start_collect)
+from .common import (GUARD_BITS, did_not_finish, does_not_compile, guard_problems, launch_errors, launch_failure,
+                     reference_budget, returned_matrix, split_run, start_collect)
 
 # (rows, cols) of `in`: not square, not multiples of 32 (one of each kind of edge), one row, one column.
 SHAPES = [(1, 1), (1, 45), (45, 1), (33, 65), (100, 37), (31, 97), (257, 130)]
@@ -58,18 +58,6 @@ def _compare(out: np.ndarray, x: np.ndarray) -> str | None:
     got = out[r, c]
     return (f"{int(bad.sum())} of {out.size} elements of out wrong; first out[{r}][{c}]: expected in[{c}][{r}] = "
             f"{want[r, c]:.6g}, got {got:.6g}" + nan_hint(got, "out", "in"))
-
-
-def _guard_problems(before, after, rows: int, cols: int) -> list[str]:
-    if not len(before) and not len(after):
-        return []
-    where = []
-    if len(before):
-        where.append(f"{len(before)} float(s) before out (first at offset {int(before[-1])})")
-    if len(after):
-        where.append(f"{len(after)} float(s) after its end (first at out[{rows * cols + int(after[0])}], past "
-                     f"the last element out[{rows * cols - 1}])")
-    return ["wrote outside out: " + " and ".join(where) + " - a missing bounds check?"]
 
 
 def collect_correctness(source: str, seed: int | None = None) -> tuple[dict, dict]:
@@ -129,8 +117,8 @@ def judge_correctness(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
             ok = False
             lines.append(f"{shape}: the grading process returned no out of this shape")
             continue
-        problems = _guard_problems(np.asarray(arrays.get(f"before{i}", [])), np.asarray(arrays.get(f"after{i}", [])),
-                                   rows, cols)
+        problems = guard_problems(np.asarray(arrays.get(f"before{i}", [])), np.asarray(arrays.get(f"after{i}", [])),
+                                  rows * cols, "out")
         wrong = _compare(out, x)
         problems += [wrong] if wrong else []
         if problems:

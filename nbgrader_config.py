@@ -18,7 +18,7 @@ c.GenerateAssignment.preprocessors = [
     "nbgrader.preprocessors.IncludeHeaderFooter",
     "nbgrader.preprocessors.InstantiateTests",
     "nbgrader.preprocessors.LockCells",
-    "grader.nbgrader_ext.ClearCudaSolutions",
+    "grader.course.nbgrader_ext.ClearCudaSolutions",
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.CheckCellMetadata",
     "nbgrader.preprocessors.ComputeChecksums",
@@ -32,10 +32,10 @@ c.GenerateAssignment.preprocessors = [
 # Autograde trusts nothing the notebook's cells do (grader/nbgrader_ext.py): they run in a sandboxed
 # kernel, and every test cell is graded again from the notebook's text before the grades are saved.
 c.Autograde.autograde_preprocessors = [
-    "grader.nbgrader_ext.SandboxedExecute",
+    "grader.course.nbgrader_ext.SandboxedExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
-    "grader.nbgrader_ext.GradeFromSource",
+    "grader.course.nbgrader_ext.GradeFromSource",
     "nbgrader.preprocessors.LimitOutput",
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
@@ -46,7 +46,7 @@ c.Autograde.autograde_preprocessors = [
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
-    "grader.nbgrader_ext.HideTestErrors",
+    "grader.course.nbgrader_ext.HideTestErrors",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 

@@ -1,6 +1,6 @@
 """The SGEMM teaching lab's grader.
 
-Importing it does nothing but define the front-end (grader.frontend):
+Importing it does nothing but define the front-end (grader.grading.frontend):
 
     grader.use_backend()                                   choose where kernels run, once, and say so
     grader.check(exercise, submission, checks=None, ...)   every check, a CheckReport
@@ -12,8 +12,8 @@ The backend is chosen when it is first needed (a compile, a check, or
 use_backend()); then plain PyCUDA code runs either on the GPU or on the CPU
 emulator. `grader.BACKEND` is that choice (reading it makes it).
 """
-from .backend import current as _current_backend
-from .frontend import check, grade, grade_answer, sanity_check, use_backend
+from grader.grading.frontend import check, grade, grade_answer, sanity_check, use_backend
+from grader.platform.backend import current as _current_backend
 
 __all__ = ["check", "grade", "grade_answer", "sanity_check", "use_backend", "BACKEND"]
 

@@ -16,7 +16,12 @@
 """
 import sys
 
-from .frontend import use_backend
+from grader.course.class_autograde import main as autograde
+from grader.course.regrade import main as regrade
+from grader.course.student import main as student
+from grader.grading.frontend import use_backend
+from grader.programs.bench import main as bench
+from grader.programs.check import main as check
 
 
 def main(argv: list[str]) -> int:
@@ -27,19 +32,14 @@ def main(argv: list[str]) -> int:
     # Each command's module is imported when it is the one asked for (bench pulls in the timing code).
     if command == "bench":
         use_backend()
-        from .bench import main as bench
         return bench(rest)
     if command == "check":
-        from .check_command import main as check
         return check(rest)
     if command == "student":
-        from .student import main as student
         return student(rest)
     if command == "regrade":
-        from .regrade import main as regrade
         return regrade(rest)
     if command == "autograde":
-        from .class_autograde import main as autograde
         return autograde(rest)
     print(f"unknown command '{command}'\n{__doc__}")
     return 2

@@ -9,9 +9,10 @@ import sys
 import numpy as np
 import pytest
 
-from grader import sgemm, stages
-from grader.emulator import analyze, validate
+from grader.emulator import analyze
 from grader.emulator.pycuda import compiler, driver
+from grader.kernels import sgemm, stages
+from grader.programs import emulator_validate as validate
 
 
 @pytest.fixture(scope="module")

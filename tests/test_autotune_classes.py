@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from grader import sgemm, stages
-from grader.stages import SPLITK_WORKSPACE, autotuned_for, shape_class, split_slices
+from grader.kernels import sgemm, stages
+from grader.kernels.stages import SPLITK_WORKSPACE, autotuned_for, shape_class, split_slices
 
 SPLIT_BUILD = {**stages.tuned_config("default"), "SPLITK_WORKSPACE": SPLITK_WORKSPACE}
 
@@ -97,8 +97,8 @@ def test_a_reduction_that_drops_a_slice_is_caught():
 
 
 def test_split_k_passes_the_graders_correctness_and_race_checks():
-    from grader.checks import correctness, races
-    from grader.report import PASSED
+    from grader.grading.checks import correctness, races
+    from grader.grading.report import PASSED
     st = _split_stage(8)
     for check in (correctness, races):
         r = check.run(st, st.source(), seed=3)

@@ -7,11 +7,18 @@ from __future__ import annotations
 
 import pytest
 
-from grader.autotune_rules import PARAMS, config_key, derived, register_budget, registers_needed, rule_violations
-from grader.checks import autotune_search as at
-from grader.occupancy import H200
-from grader.report import NOT_GRADED, PASSED
-from grader.stages import warptile_shared_bytes
+from grader.grading.checks import autotuning as at
+from grader.grading.report import NOT_GRADED, PASSED
+from grader.kernels.stages import warptile_shared_bytes
+from grader.references.autotune_rules import (
+    PARAMS,
+    config_key,
+    derived,
+    register_budget,
+    registers_needed,
+    rule_violations,
+)
+from grader.references.occupancy import H200
 
 VIOLATIONS = '''
 def violations(config, limits):
@@ -176,13 +183,13 @@ def test_malformed_or_unwritten_violations():
     assert r.status != PASSED and "return a list of reasons" in r.message
     r = at.run_rules_tiles("def violations(c, l):\n    return [] if 1024 // (c['WM'] - 16) else []\n")
     assert r.status != PASSED and "raised ZeroDivisionError" in r.message
-    r = at.run_rules_tiles("from grader.autotune_rules import rule_violations as violations\n")
+    r = at.run_rules_tiles("from grader.references.autotune_rules import rule_violations as violations\n")
     assert r.status != PASSED and "the grader's own rules" in r.message
-    r = at.run_rules_tiles("import grader.autotune_rules as g\n"
+    r = at.run_rules_tiles("import grader.references.autotune_rules as g\n"
                            "def violations(c, l):\n    return g.rule_violations(c, l)\n")
     assert r.status != PASSED and "the grader's own rules" in r.message
     # the notebook's demo imports the tuner from the same module: not the rules
-    assert at._uses_grader_rules("from grader.autotune_rules import WarptileTuner, describe\n") is None
+    assert at._uses_grader_rules("from grader.references.autotune_rules import WarptileTuner, describe\n") is None
 
 
 def test_an_unwritten_search_says_so_once():
@@ -239,7 +246,7 @@ def test_the_gpu_check_is_not_graded_without_a_gpu():
 
 
 def test_the_gpu_candidates():
-    from grader.autotune_rules import violations
+    from grader.references.autotune_rules import violations
     valid = [c for c in at.gpu_candidates() if not violations(c, H200)]
     assert len(valid) == 3 and len(at.gpu_candidates()) == 5
 
@@ -247,8 +254,8 @@ def test_the_gpu_candidates():
 def test_the_tuner_checks_a_configuration_on_the_backend():
     """What the notebook's search and the GPU check call: a right kernel passes, a wrong warp index does not."""
     import grader
-    from grader.autotune_rules import WarptileTuner
-    from grader.stages import stage, tuned_config
+    from grader.kernels.stages import stage, tuned_config
+    from grader.references.autotune_rules import WarptileTuner
     grader.use_backend(announce=False)
     c = tuned_config("default")
     assert WarptileTuner().check(c) is None

@@ -1,11 +1,12 @@
-"""grader.bench and grader.perf without a GPU: correctness only, every timing
+"""grader.programs.bench and grader.kernels.timing without a GPU: correctness only, every timing
 function refusing with "not timed: no GPU", nothing on stderr."""
 import time
 
 import pytest
 
 import grader
-from grader import bench, perf, stages
+from grader.kernels import stages, timing
+from grader.programs import bench
 
 pytestmark = pytest.mark.skipif(grader.BACKEND.name != "emulator",
                                 reason="emulator behaviour (on a GPU bench.main runs the real benchmark)")
@@ -22,7 +23,7 @@ def test_bench_checks_stages_without_timing(capsys):
     perf_rows = [r for r in rows if "| yes " in r]
     assert len(perf_rows) == 2
     for row in perf_rows:
-        assert row.count(perf.NO_GPU) == 3          # GFLOPS, cuBLAS GFLOPS, ratio
+        assert row.count(timing.NO_GPU) == 3          # GFLOPS, cuBLAS GFLOPS, ratio
     assert "blocks/SM (ours)" in out and "not checked: no GPU" in out
     assert "2/2 stage(s) correct" in out
 
@@ -60,37 +61,37 @@ def test_bench_usage_errors(capsys):
 
 
 def test_perf_refuses_without_a_gpu():
-    assert not perf.on_gpu()
-    refusals = [perf.time_kernel(lambda: None), perf.gflops(1024, 1024, 1024, 1e-3),
-                perf.cublas_sgemm_time(64, 64, 64), perf.fp32_peak(), perf.make_workload(64, 64, 64),
-                perf.memory_bandwidth()]
+    assert not timing.on_gpu()
+    refusals = [timing.time_kernel(lambda: None), timing.gflops(1024, 1024, 1024, 1e-3),
+                timing.cublas_sgemm_time(64, 64, 64), timing.fp32_peak(), timing.make_workload(64, 64, 64),
+                timing.memory_bandwidth()]
     for r in refusals:
-        assert isinstance(r, perf.NotTimed) and not r and str(r) == "not timed: no GPU"
-    m = perf.measure_sgemm(None, None, perf.NOT_TIMED)
+        assert isinstance(r, timing.NotTimed) and not r and str(r) == "not timed: no GPU"
+    m = timing.measure_sgemm(None, None, timing.NOT_TIMED)
     assert m.status == "not timed" and m.gflops is None and m.ratio is None
 
 
 def test_perf_pure_helpers():
-    assert perf.fp32_peak_from(132, 9, 0, 1_980_000) == pytest.approx(66.9e12, rel=1e-3)
-    assert perf.fp32_lanes_per_sm(8, 0) == 64 and perf.fp32_lanes_per_sm(8, 6) == 128
-    with pytest.raises(perf.ImpossibleResult):
-        perf.check_plausible(70_000.0, 66.9e12, "kernel")
-    perf.check_plausible(50_000.0, 66.9e12, "cuBLAS")
-    assert perf.arithmetic_intensity(4096, 4096, 4096) == pytest.approx(4096 / 6)
-    assert perf.dram_bandwidth_from(3_201_000, 6144) == pytest.approx(4.917e12, rel=1e-3)   # H200: 4.8 TB/s spec
+    assert timing.fp32_peak_from(132, 9, 0, 1_980_000) == pytest.approx(66.9e12, rel=1e-3)
+    assert timing.fp32_lanes_per_sm(8, 0) == 64 and timing.fp32_lanes_per_sm(8, 6) == 128
+    with pytest.raises(timing.ImpossibleResult):
+        timing.check_plausible(70_000.0, 66.9e12, "kernel")
+    timing.check_plausible(50_000.0, 66.9e12, "cuBLAS")
+    assert timing.arithmetic_intensity(4096, 4096, 4096) == pytest.approx(4096 / 6)
+    assert timing.dram_bandwidth_from(3_201_000, 6144) == pytest.approx(4.917e12, rel=1e-3)   # H200: 4.8 TB/s spec
 
 
 def test_device_peaks_of_the_emulated_h200():
     # From the emulated device's attributes, not timed: the roofline's ceilings without a GPU.
-    fp32, dram = perf.device_peaks()
+    fp32, dram = timing.device_peaks()
     assert fp32 == pytest.approx(66.9e12, rel=1e-3) and dram == pytest.approx(4.917e12, rel=1e-3)
 
 
 def test_recorded_command_is_relative_to_the_repository():
-    from grader.command import ROOT, recorded_command
+    from grader.programs.recorded_command import ROOT, recorded_command
     argv = ["--out", str(ROOT / "results" / "x"), "--sizes", "1024,4000x3000x2000", "--note", "two words"]
-    assert (recorded_command("grader.bench", argv, environ={"GRADER_BACKEND": "gpu"}) ==
-            "GRADER_BACKEND=gpu python3 -m grader.bench --out results/x --sizes 1024,4000x3000x2000 "
+    assert (recorded_command("grader.programs.bench", argv, environ={"GRADER_BACKEND": "gpu"}) ==
+            "GRADER_BACKEND=gpu python3 -m grader.programs.bench --out results/x --sizes 1024,4000x3000x2000 "
             "--note 'two words'")
-    assert recorded_command("grader.bench_graph", ["--out", "/elsewhere/out"], environ={}) == \
-        "python3 -m grader.bench_graph --out /elsewhere/out"
+    assert recorded_command("grader.programs.bench_graphs", ["--out", "/elsewhere/out"], environ={}) == \
+        "python3 -m grader.programs.bench_graphs --out /elsewhere/out"

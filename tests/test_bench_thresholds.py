@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import bench
-from grader.checks import thresholds
+from grader.grading.checks import thresholds
+from grader.programs import bench
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = json.loads((REPO / "results" / "nvidia-h200" / "bench.json").read_text())

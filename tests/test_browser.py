@@ -124,7 +124,7 @@ def _answers() -> list[str]:
 @pytest.fixture(scope="module")
 def release(requirements, tmp_path_factory) -> Path:
     """The student copy of lab 1, made as the README tells a student (`python -m grader student`)."""
-    from grader.student import make_copy
+    from grader.course.student import make_copy
     folder = tmp_path_factory.mktemp("student")
     make_copy(LAB, folder)
     text = (folder / LAB / f"{NB}.ipynb").read_text()

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 import grader
-from grader import exercises
-from grader.checks import correctness, thresholds
-from grader.isolation import run_check
-from grader.report import FAILED, NOT_GRADED, PASSED, CheckReport, CheckResult
-from grader.stages import Stage, stage
+from grader.grading import registry
+from grader.grading.checks import correctness, thresholds
+from grader.grading.isolation import run_check
+from grader.grading.report import FAILED, NOT_GRADED, PASSED, CheckReport, CheckResult
+from grader.kernels.stages import Stage, stage
 
 REPO = Path(__file__).resolve().parent.parent
 ON_EMULATOR = grader.BACKEND.name == "emulator"
@@ -37,7 +37,7 @@ TRANSPOSED = variant("sum += As[ty][k] * Bs[k][tx];", "sum += As[k][ty] * Bs[k][
 
 
 def run(name: str, source: str, stage_id: str = "smem-tiling") -> CheckResult:
-    return exercises.get(stage_id).check(name).run(source, 1234)
+    return registry.get(stage_id).check(name).run(source, 1234)
 
 
 # ---- correctness -------------------------------------------------------------------------
@@ -108,7 +108,7 @@ def test_bank_conflicts_information_only_where_not_required():
 
 
 def test_bank_conflicts_fail_a_stage_that_must_be_conflict_free():
-    from grader.checks import bank_conflicts
+    from grader.grading.checks import bank_conflicts
     s = _conflict_free_tiled()
     ok = bank_conflicts.run(s, TILED)
     assert ok.status == PASSED, ok.message
@@ -128,7 +128,7 @@ def test_performance_not_graded_without_gpu():
 
 def test_thresholds_table_and_overrides(tmp_path, monkeypatch):
     t = thresholds.load()
-    assert set(t["stages"]) == {s.id for s in __import__("grader.stages", fromlist=["STAGES"]).STAGES}
+    assert set(t["stages"]) == {s.id for s in __import__("grader.kernels.stages", fromlist=["STAGES"]).STAGES}
     assert thresholds.for_stage("naive").fraction_of_cublas == 0.007
     assert thresholds.for_stage("naive").size == (4096, 4096, 4096)
     db = thresholds.for_stage("double-buffering")

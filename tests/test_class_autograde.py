@@ -28,11 +28,19 @@ import pytest
 
 pytest.importorskip("nbgrader")
 
-from nbgrader_course import (REPO, generate_assignment, gradebook, load_config,  # noqa: E402
-                             naive_without_bounds_check, new_course, points, submit)
-from slurm_local import local_slurm       # noqa: E402
+from nbgrader_course import (  # noqa: E402
+    REPO,
+    generate_assignment,
+    gradebook,
+    load_config,
+    naive_without_bounds_check,
+    new_course,
+    points,
+    submit,
+)
+from slurm_local import local_slurm  # noqa: E402
 
-from grader import class_autograde        # noqa: E402
+from grader.course import class_autograde  # noqa: E402
 
 LAB, NB = "01-naive-coalesced", "naive-coalesced"
 REF_SCORE = sum(p for cell, p in points(LAB).items() if not cell.endswith("-performance"))   # without a GPU: 15
@@ -283,9 +291,9 @@ def test_failures_fake_gpus_and_a_killed_run(classes, tmp_path):
     course = _copy(pristine, tmp_path / "course", good)
     for student in ("answers-only", "answers-partial"):
         _hand_in(course, student, lambda cells, edit=CLASS[student]: (edit(cells), _probe(cells)))
-    # Autograde grades from the notebook's text (grader.nbgrader_ext): a kernel that dies ends its run, not
+    # Autograde grades from the notebook's text (grader.course.nbgrader_ext): a kernel that dies ends its run, not
     # its grading; in the bubblewrap sandbox a cell cannot even reach its worker to kill it.
-    from grader.sandbox import bubblewrap
+    from grader.platform.sandbox import bubblewrap
     survive = {"kernel-dies": _kernel_dies, **({"kills-worker": _kills_its_worker} if bubblewrap()[0] else {})}
     bad = {"hangs": _hangs, **({} if bubblewrap()[0] else {"kills-worker": _kills_its_worker})}
     for student, edit in {**bad, **survive}.items():

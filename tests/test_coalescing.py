@@ -10,10 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grader import exercises, sgemm, stages
-from grader.checks import coalescing
 from grader.emulator import analysis as emu_analysis
-from grader.report import FAILED, NOT_GRADED, PASSED
+from grader.grading import registry
+from grader.grading.checks import coalescing
+from grader.grading.report import FAILED, NOT_GRADED, PASSED
+from grader.kernels import sgemm, stages
 
 REPO = Path(__file__).resolve().parent.parent
 NAIVE = (REPO / "solutions" / "naive.cu").read_text()
@@ -99,10 +100,10 @@ def test_analyze_command_prints_sectors(tmp_path):
 
 
 def test_registered_for_lab_1_only():
-    assert exercises.get("coalesced").check_names == ["compiles", "correctness", "races", "bank-conflicts",
+    assert registry.get("coalesced").check_names == ["compiles", "correctness", "races", "bank-conflicts",
                                                       "coalescing", "performance"]
-    assert "coalescing" in exercises.get("naive").check_names
-    assert "coalescing" not in exercises.get("smem-tiling").check_names
+    assert "coalescing" in registry.get("naive").check_names
+    assert "coalescing" not in registry.get("smem-tiling").check_names
 
 
 def test_check_passes_the_coalesced_kernel():
@@ -152,7 +153,7 @@ MEASURED = {"ld_stride_1": (8, 32, 8, 32), "ld_stride_2": (8, 64, 8, 32), "ld_st
 
 @pytest.fixture(scope="module")
 def validation_counts():
-    from grader.emulator import validate
+    from grader.programs import emulator_validate as validate
     return {name: tuple(counts[k] for k in validate.SECTOR_KEYS)
             for name, counts in validate.emulator_results().items()}
 
@@ -163,7 +164,7 @@ def test_global_patterns_match_nsight_compute(validation_counts, kernel):
 
 
 def test_validation_table_replaces_only_its_section():
-    from grader.emulator import validate
+    from grader.programs import emulator_validate as validate
     text = "# title\n\nbank table\n\n## notes\n\nhand-written\n"
     once = validate.replace_table(text, "| t1 |", "cmd1")
     assert once.startswith(text.rstrip("\n")) and "| t1 |" in once and "cmd1" in once

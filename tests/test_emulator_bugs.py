@@ -9,7 +9,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from conftest import ON_EMULATOR
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,7 +4,6 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import emulator_only
 
 pytestmark = emulator_only
@@ -303,16 +302,16 @@ def test_permuted_thread_order_keeps_warps_and_thread_indices(cuda, source_modul
 
 
 def test_the_abi_version_is_checked_on_load_and_matches_the_header(monkeypatch):
-    """grader/emulator/runtime/emu_abi.h's kAbiVersion is what runtime.py reads; a module built for
+    """grader/emulator/runtime/emu_abi.h's kAbiVersion is what binding.py reads; a module built for
     another version is refused with a message that says what to do."""
     import re
     from pathlib import Path
 
-    from grader.emulator import build, runtime
-    header = (Path(runtime.__file__).parent / "runtime" / "emu_abi.h").read_text()
-    assert int(re.search(r"kAbiVersion = (\d+);", header).group(1)) == runtime.ABI_VERSION
+    from grader.emulator import binding, build
+    header = (Path(binding.__file__).parent / "runtime" / "emu_abi.h").read_text()
+    assert int(re.search(r"kAbiVersion = (\d+);", header).group(1)) == binding.ABI_VERSION
     built = build.build_module("__global__ void k(float* x) { x[0] = 1.0f; }")
-    assert "k" in runtime.LoadedModule(built).kernels
-    monkeypatch.setattr(runtime, "ABI_VERSION", runtime.ABI_VERSION + 1)
-    with pytest.raises(runtime.AbiMismatch, match="delete the emulator's cache"):
-        runtime.LoadedModule(built)
+    assert "k" in binding.LoadedModule(built).kernels
+    monkeypatch.setattr(binding, "ABI_VERSION", binding.ABI_VERSION + 1)
+    with pytest.raises(binding.AbiMismatch, match="delete the emulator's cache"):
+        binding.LoadedModule(built)

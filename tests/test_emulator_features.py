@@ -2,7 +2,6 @@
 the feature working: they pass on a real GPU and on the emulator alike."""
 import numpy as np
 import pytest
-
 from conftest import ON_EMULATOR
 
 

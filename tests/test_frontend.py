@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import grader
-from grader import exercises, host_functions, top2
-from grader.compiler import normalise_log
-from grader.report import CheckReport
+from grader.grading import host_functions, registry
+from grader.grading.report import CheckReport
+from grader.kernels import top2
+from grader.platform.compiler import normalise_log
 
 REPO = Path(__file__).resolve().parent.parent
 NAIVE = (REPO / "solutions" / "naive.cu").read_text()
@@ -34,7 +35,7 @@ def test_compile_error_one_format_student_line_said_once(compiler, monkeypatch):
     if compiler == "g++ only":
         monkeypatch.setenv("GRADER_EMULATOR_NVCC", "0")
     source, line = _with_error_on_line(NAIVE, "float sum = 0.0f;")
-    r = exercises.get("naive").check("compiles").run(source, 1)
+    r = registry.get("naive").check("compiles").run(source, 1)
     assert not r.passed
     assert f"kernel.cu:{line}: error:" in r.message, r.message
     assert "kernel.cu(" not in r.message and f"kernel.cu:{line}:" in r.message
@@ -108,7 +109,7 @@ def test_host_function_graded_from_its_source_in_a_fresh_process():
     from pycuda.compiler import SourceModule
     fn = _notebook_function(CELL, {"TOP2_SOURCE": top2.TOP2.solution(), "SourceModule": SourceModule})
     text = host_functions.function_source(fn)
-    assert "TOP2_SOURCE = " in text and "def helper(" in text and "import grader.top2 as top2" in text
+    assert "TOP2_SOURCE = " in text and "def helper(" in text and "import grader.kernels.top2 as top2" in text
     report = grader.check("minimums-host", fn, seed=5)
     assert report.passed("host-transfers"), report.text()
     assert grader.grade("minimums-host", text, "host-transfers", points=2) == 2.0
@@ -128,8 +129,8 @@ def test_host_source_from_cells_keeps_definitions_and_literals_only():
 
 # ---- regrade, cell by cell (no nbgrader needed) ------------------------------------------------
 def test_regrade_cell_recomputes_answers_and_says_when_it_cannot():
-    from grader.regrade import regrade_cell
-    from grader.static_values import read_values
+    from grader.course.regrade import regrade_cell
+    from grader.course.static_values import read_values
     cells = ["AI = 2 * 4096**3 / (4 * 3 * 4096**2)", "WRONG = 3", "COMPUTED = some_function()"]
     values = read_values(cells)
     right = regrade_cell("grader.grade_answer(AI, 682.6666, points=2, rtol=0.01)", cells, values)
@@ -159,7 +160,7 @@ def test_sanity_check_says_missing_wrong_type_implausible_and_plausible(capsys):
 
 
 def test_release_answers_are_none_so_the_copy_runs_top_to_bottom():
-    from grader.nbgrader_ext import answer_stub
+    from grader.course.nbgrader_ext import answer_stub
     assert answer_stub(["AI = 2 * 4096**3 / (4 * 3 * 4096**2)"]) == ["AI = None  # YOUR ANSWER HERE"]
     assert answer_stub(["A = 1", "B = A + 1"]) == ["A = None  # YOUR ANSWER HERE", "B = None  # YOUR ANSWER HERE"]
     assert answer_stub(["    c, M, N = top2.sgemm_on_device(A, B)", "    return c"]) is None     # code: nbgrader's stub
@@ -178,7 +179,7 @@ def test_nothing_is_graded_inside_a_notebook_at_autograde_time(monkeypatch, caps
 
 
 def test_a_nan_is_called_never_written_only_when_it_is_the_poison():
-    from grader import sgemm
+    from grader.kernels import sgemm
     C = sgemm.poisoned((2, 2))
     C[0, 0] = np.float32(np.inf) * 0
     assert "never written" in sgemm.nan_hint(C[1, 1]) and sgemm.never_written(C).sum() == 3

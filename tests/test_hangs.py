@@ -9,12 +9,11 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import emulator_only
 
 import grader
-from grader import frontend, isolation
-from grader.checks import common
-
-from conftest import emulator_only
+from grader.grading import frontend, isolation
+from grader.grading.checks import common
 
 HANG = r"""
 __global__ void sgemm_naive(int M, int N, int K, const float* A, const float* B, float* C)

@@ -83,9 +83,9 @@ def find_cycle() -> list[str] | None:
 
 
 def test_the_graph_is_read():
-    assert "grader.backend" in GRAPH["grader.compiler"]
-    assert "grader.exercises" in GRAPH["grader.frontend"]
-    assert "grader.checks.minimums" in GRAPH["grader.exercises"]
+    assert "grader.platform.backend" in GRAPH["grader.platform.compiler"]
+    assert "grader.grading.registry" in GRAPH["grader.grading.frontend"]
+    assert "grader.grading.checks.minimums" in GRAPH["grader.grading.registry"]
 
 
 def test_no_import_loops():
@@ -93,9 +93,9 @@ def test_no_import_loops():
     assert cycle is None, "import loop: " + " -> ".join(cycle)
 
 
-# Programs that measure the emulator with the course's kernels (python -m grader.emulator.bench,
-# python -m grader.emulator.validate): they stand above the grader, nothing imports them.
-EMULATOR_PROGRAMS = {"grader.emulator.bench", "grader.emulator.validate"}
+# Programs that measure the emulator with the course's kernels (python -m grader.programs.emulator_bench,
+# python -m grader.programs.emulator_validate): they stand above the grader, nothing imports them.
+EMULATOR_PROGRAMS = {"grader.programs.emulator_bench", "grader.programs.emulator_validate"}
 
 
 def test_the_emulator_imports_nothing_of_the_grader_above_it():
@@ -107,14 +107,14 @@ def test_the_emulator_imports_nothing_of_the_grader_above_it():
 
 # The layers, bottom up; a module may import its own layer and those below.
 LAYERS = [
-    ("emulator", lambda m: m.startswith("grader.emulator") and m not in EMULATOR_PROGRAMS or m == "grader.command"),
-    ("backend", lambda m: m in ("grader.backend", "grader.compiler")),
-    ("kernels and host drivers", lambda m: m in ("grader.stages", "grader.sgemm", "grader.top2",
-                                                  "grader.shortest_paths", "grader.transfers", "grader.pycuda_host",
-                                                  "grader.host_functions", "grader.student_process", "grader.sandbox", "grader.perf", "grader.occupancy",
-                                                  "grader.report", "grader.transpose", "grader.autotune_rules")),
-    ("checks", lambda m: m.startswith("grader.checks") or m == "grader.exercises"),
-    ("front-end", lambda m: m in ("grader.isolation", "grader.frontend", "grader")),
+    ("emulator", lambda m: m.startswith("grader.emulator") and m not in EMULATOR_PROGRAMS or m == "grader.programs.recorded_command"),
+    ("backend", lambda m: m in ("grader.platform.backend", "grader.platform.compiler")),
+    ("kernels and host drivers", lambda m: m in ("grader.kernels.stages", "grader.kernels.sgemm", "grader.kernels.top2",
+                                                  "grader.kernels.sssp", "grader.kernels.transfers", "grader.kernels.host_log",
+                                                  "grader.grading.host_functions", "grader.grading.student_process", "grader.platform.sandbox", "grader.kernels.timing", "grader.references.occupancy",
+                                                  "grader.grading.report", "grader.kernels.transpose", "grader.references.autotune_rules")),
+    ("checks", lambda m: m.startswith("grader.grading.checks") or m == "grader.grading.registry"),
+    ("front-end", lambda m: m in ("grader.grading.isolation", "grader.grading.frontend", "grader")),
     ("CLI and programs", lambda m: True),
 ]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from grader import exercises
-from grader.checks import alignment, bank_conflicts
-from grader.stages import stage
+from grader.grading import registry
+from grader.grading.checks import alignment, bank_conflicts
+from grader.kernels.stages import stage
 
 VEC, DB = stage("vectorized"), stage("double-buffering")
 POINTER_TEST = ("    const bool vec = ((K | N) & 3) == 0 &&\n"
@@ -97,8 +97,8 @@ def test_bank_conflicts_need_a_kernel_that_computes_c():
 
 def test_registration():
     for st in (VEC, DB):
-        ex = exercises.get(st.id)
+        ex = registry.get(st.id)
         assert ex.check_names == ["compiles", "correctness", "alignment", "races", "bank-conflicts", "performance"]
         assert ex.check("alignment").run.func is alignment.run and ex.check("alignment").run.args == (st,)
         assert ex.check("bank-conflicts").run.func is bank_conflicts.run
-    assert "alignment" not in exercises.get("bank-conflict-free").check_names
+    assert "alignment" not in registry.get("bank-conflict-free").check_names

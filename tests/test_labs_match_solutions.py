@@ -58,11 +58,11 @@ def kernel_strings(nb, given: bool = False) -> list[tuple[str, str]]:
 
 def reference_of(solution: str) -> str:
     """Which solutions/<name>.cu a kernel string is (by its kernel's name)."""
-    from grader.stages import STAGES
+    from grader.kernels.stages import STAGES
     names = sorted({s.source_path.stem for s in STAGES if any(f"{c}{s.kernel}(" in solution for c in " \n")})
-    if not names:            # labs 7 and 8: the kernels of grader.top2 and grader.shortest_paths
-        from grader import shortest_paths, top2, transpose
-        names = [Path(k.file).stem for k in (top2.TOP2, top2.FUSED, shortest_paths.SSSP, transpose.TRANSPOSE)
+    if not names:            # labs 7 and 8: the kernels of grader.kernels.top2 and grader.kernels.sssp
+        from grader.kernels import sssp, top2, transpose
+        names = [Path(k.file).stem for k in (top2.TOP2, top2.FUSED, sssp.SSSP, transpose.TRANSPOSE)
                  if f"void {k.names[0]}(" in solution]
     assert len(names) == 1, f"which stage? {names}"
     return names[0]
@@ -157,10 +157,10 @@ def test_nbgrader_config_loads():
     from traitlets.config.loader import PyFileConfigLoader
     c = PyFileConfigLoader("nbgrader_config.py", path=str(REPO)).load_config()
     assert c.CourseDirectory.source_directory == "labs"
-    assert "grader.nbgrader_ext.ClearCudaSolutions" in c.GenerateAssignment.preprocessors
+    assert "grader.course.nbgrader_ext.ClearCudaSolutions" in c.GenerateAssignment.preprocessors
     assert "nbgrader.preprocessors.ClearSolutions" not in c.GenerateAssignment.preprocessors
     assert "nbgrader.preprocessors.ClearHiddenTests" in c.GenerateFeedback.preprocessors
     assert c.Execute.kernel_name == "python3" and 10 <= c.Execute.timeout <= 120   # the notebook only runs
     steps = c.Autograde.autograde_preprocessors
-    assert steps[0] == "grader.nbgrader_ext.SandboxedExecute"
-    assert steps.index("grader.nbgrader_ext.GradeFromSource") < steps.index("nbgrader.preprocessors.SaveAutoGrades")
+    assert steps[0] == "grader.course.nbgrader_ext.SandboxedExecute"
+    assert steps.index("grader.course.nbgrader_ext.GradeFromSource") < steps.index("nbgrader.preprocessors.SaveAutoGrades")

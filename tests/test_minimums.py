@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import grader
-from grader import top2
-from grader.backend import drivers
-from grader.checks import minimums as checks
+from grader.grading.checks import minimums as checks
+from grader.kernels import top2
+from grader.platform.backend import drivers
 
 ON_EMULATOR = grader.BACKEND.name == "emulator"
 

@@ -16,9 +16,23 @@ from html import escape as html_escape
 
 import nbformat
 import pytest
-from nbgrader_course import (REPO, autograded_notebook, cell_output, cell_scores, grade_id, graded_course, gradebook,
-                             naive_without_bounds_check, new_course, on_release, points, replace, source_notebook,
-                             stderr_in_graded_cells, submission_score)
+from nbgrader_course import (
+    REPO,
+    autograded_notebook,
+    cell_output,
+    cell_scores,
+    grade_id,
+    gradebook,
+    graded_course,
+    naive_without_bounds_check,
+    new_course,
+    on_release,
+    points,
+    replace,
+    source_notebook,
+    stderr_in_graded_cells,
+    submission_score,
+)
 
 LAB1, NB1 = "01-naive-coalesced", "naive-coalesced"
 LAB2, NB2 = "02-smem-tiling", "smem-tiling"
@@ -128,7 +142,7 @@ def _poison(cells):
     """Issue 17's cache attack, from the blank release copy: the reference's
     build copied over the build of this (blank) source in the shared cache."""
     cells["smem-tiling-kernel"].source += (
-        "\nimport shutil as _sh\nimport grader.compiler as _gc\nfrom grader import stages as _st\n"
+        "\nimport shutil as _sh\nimport grader.platform.compiler as _gc\nfrom grader import stages as _st\n"
         "from grader.emulator import build as _b\n_opts = _st.stage('smem-tiling').options()\n"
         "_stub = _b.cache_dir() / _b.build_module(TILED_SOURCE, options=_opts).library.name\n"
         "_ref = _b.cache_dir() / _b.build_module((_gc.SOLUTIONS_DIR / 'smem-tiling.cu').read_text(), "
@@ -160,7 +174,7 @@ _deleted_tests.drop = ["smem-tiling-races"]
 @on_release
 def _reads_solutions(cells):
     cells["smem-tiling-kernel"].source = (
-        "import grader.compiler\nTILED_SOURCE = (grader.compiler.SOLUTIONS_DIR / 'smem-tiling.cu').read_text()\n"
+        "import grader.platform.compiler\nTILED_SOURCE = (grader.platform.compiler.SOLUTIONS_DIR / 'smem-tiling.cu').read_text()\n"
         "grader.check('smem-tiling', TILED_SOURCE)\n")
 
 
@@ -173,7 +187,7 @@ def _patches_numpy(cells):
 @on_release
 def _patches_grader(cells):
     cells["q-reduction"].source += ("\ngrader.grade = lambda *a, points=1, **k: float(points)\n"
-                              "grader.frontend.grade = grader.grade\n"
+                              "grader.grading.frontend.grade = grader.grade\n"
                               "grader.grade_answer = lambda *a, points=1, **k: float(points)\n")
 
 
@@ -190,7 +204,7 @@ def _poisons_environment(cells):
     """A sitecustomize.py on the PYTHONPATH of every process the notebook starts: the grader patched there."""
     cells["q-reduction"].source += (
         "\nimport os, pathlib\n_d = pathlib.Path(os.getcwd()) / '_site'\n_d.mkdir(exist_ok=True)\n"
-        "(_d / 'sitecustomize.py').write_text('import grader.report as r\\nr.CheckResult.fraction = property(lambda s: 1.0)\\n')\n"
+        "(_d / 'sitecustomize.py').write_text('import grader.grading.report as r\\nr.CheckResult.fraction = property(lambda s: 1.0)\\n')\n"
         "os.environ['PYTHONPATH'] = str(_d) + os.pathsep + os.environ.get('PYTHONPATH', '')\n")
 
 
@@ -384,7 +398,7 @@ def test_feedback_hides_hidden_tests(course):
 def test_regrade_agrees_with_autograde(course):
     """Autograde graded every cell from the notebook's text: a clean regrade finds no difference, still
     names the patching cells, and survives the memory bomb."""
-    from grader.regrade import format_rows, regrade
+    from grader.course.regrade import format_rows, regrade
     course_dir, _ = course
     rows = regrade(course_dir, LAB2)
     text = format_rows(rows)
@@ -418,7 +432,7 @@ TAMPERED = {LAB1: "naive-races", LAB2: "smem-tiling-correctness", LAB3: "host-fu
 
 
 def test_regrade_recomputes_every_cell_of_every_lab(course, tmp_path):
-    from grader.regrade import format_rows, regrade
+    from grader.course.regrade import format_rows, regrade
     course_dir, _ = course
     copy = tmp_path / "course"
     shutil.copytree(course_dir, copy, ignore=shutil.ignore_patterns("autograded", "feedback", "release"))

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import grader
-from grader.checks import occupancy_function as of
-from grader.host_functions import source_from_cells
-from grader.report import FAILED, NOT_GRADED, PASSED
+from grader.grading.checks import blocks_per_sm as of
+from grader.grading.host_functions import source_from_cells
+from grader.grading.report import FAILED, NOT_GRADED, PASSED
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "labs" / "03-register-blocking" / "register-blocking.ipynb"
@@ -66,7 +66,7 @@ def test_edge_cases_are_in_the_domain_and_cover_every_limit():
     limits = set()
     for regs, smem, threads in of.EDGE_CASES + of.random_cases(np.random.default_rng(1), 500):
         assert 1 <= regs <= of.MAX_REGS and 0 <= smem <= of.MAX_SMEM and 1 <= threads <= of.MAX_THREADS
-        occ = grader.occupancy.occupancy(regs, smem, threads)
+        occ = grader.references.occupancy.occupancy(regs, smem, threads)
         limits.update(occ.limited_by or ("nothing fits",))
     assert limits >= {"warps", "blocks", "registers", "shared memory", "nothing fits"}
 
@@ -179,12 +179,12 @@ def test_the_cuda_check_compares_with_the_api_and_leaves_out_disagreements(monke
             return 99
         return of.expected(regs, 8192 + dynamic, threads)
 
-    import grader.backend as backend
+    import grader.platform.backend as backend
     monkeypatch.setattr(backend, "current", lambda: backend.Backend("gpu", "fake"))
     monkeypatch.setattr(backend, "drivers", lambda on_emulator=False: (None, None))
-    monkeypatch.setattr(grader.occupancy, "device_limits", lambda device=None: grader.occupancy.H200)
-    monkeypatch.setattr(grader.occupancy, "function_resources", lambda fn: (fn.regs, 8192))
-    monkeypatch.setattr(grader.occupancy, "cuda_blocks_per_sm", api)
+    monkeypatch.setattr(grader.references.occupancy, "device_limits", lambda device=None: grader.references.occupancy.H200)
+    monkeypatch.setattr(grader.references.occupancy, "function_resources", lambda fn: (fn.regs, 8192))
+    monkeypatch.setattr(grader.references.occupancy, "cuda_blocks_per_sm", api)
     monkeypatch.setattr(of, "_probe_kernels", lambda: kernels)
     ns: dict = {}
     exec(REFERENCE, ns)
@@ -192,7 +192,7 @@ def test_the_cuda_check_compares_with_the_api_and_leaves_out_disagreements(monke
     assert r.status == PASSED, r.text()
     compared = len(kernels) * len(of.BLOCK_THREADS) * len(of.DYNAMIC_SHARED) - 2
     assert r.details == {"inputs": compared, "differ": 0, "left_out": 2}
-    assert "2 input(s) left out" in r.message and "the CUDA API says 99, grader.occupancy 16" in r.message
+    assert "2 input(s) left out" in r.message and "the CUDA API says 99, grader.references.occupancy 16" in r.message
     assert "CUresult 1" in r.message
 
     ns2: dict = {}
@@ -204,8 +204,8 @@ def test_the_cuda_check_compares_with_the_api_and_leaves_out_disagreements(monke
     assert ("the first:\n  blocks_per_sm(regs_per_thread=33, smem_per_block=8192, threads_per_block=64) returned 25; "
             "24 blocks of 64 threads fit on one H200 SM") in r.message, r.message
 
-    monkeypatch.setattr(grader.occupancy, "device_limits",
-                        lambda device=None: grader.occupancy.Limits(**{**grader.occupancy.H200.__dict__,
+    monkeypatch.setattr(grader.references.occupancy, "device_limits",
+                        lambda device=None: grader.references.occupancy.Limits(**{**grader.references.occupancy.H200.__dict__,
                                                                         "smem_per_sm": 167936}))
     r = of.run_cuda_function(ns["blocks_per_sm"])
     assert r.status == NOT_GRADED and "not the H200's" in r.message

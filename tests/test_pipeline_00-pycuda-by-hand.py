@@ -154,7 +154,7 @@ def test_no_stderr_in_graded_cells(course):
 
 
 def test_regrade_recomputes_the_reference(course):
-    from grader.regrade import format_rows, regrade
+    from grader.course.regrade import format_rows, regrade
     rows = regrade(course, LAB, ["ref", "short"])
     text = format_rows(rows)
     assert rows and all(r.regraded is not None for r in rows), text

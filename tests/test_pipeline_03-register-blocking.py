@@ -17,8 +17,17 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-from nbgrader_course import (autograded_notebook, cell_output, cell_scores, grade_id, lab_course, points, replace,
-                             source_notebook, stderr_in_graded_cells)
+from nbgrader_course import (
+    autograded_notebook,
+    cell_output,
+    cell_scores,
+    grade_id,
+    lab_course,
+    points,
+    replace,
+    source_notebook,
+    stderr_in_graded_cells,
+)
 
 LAB, NB = "03-register-blocking", "register-blocking"
 
@@ -105,7 +114,7 @@ def test_the_notebook_has_the_cells_the_test_expects():
 
 def test_the_notebooks_limits_are_the_h200s():
     """The constants the student's blocks_per_sm uses are the ones the grader's calculator uses."""
-    from grader.occupancy import H200
+    from grader.references.occupancy import H200
     cell = next(c for c in source_notebook(LAB).cells if grade_id(c) == "h200-limits")
     values: dict = {}
     exec(cell.source, values)
@@ -200,7 +209,7 @@ def test_no_stderr_in_graded_cells(course):
 
 
 def test_regrade_recomputes_every_cell(course):
-    from grader.regrade import format_rows, regrade
+    from grader.course.regrade import format_rows, regrade
     rows = regrade(course, LAB, ["ref", "granularity"])
     text = format_rows(rows)
     assert rows and all(r.regraded is not None for r in rows), text

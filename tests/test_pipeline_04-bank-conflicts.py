@@ -11,15 +11,23 @@ import re
 
 import nbformat
 import pytest
-from nbgrader_course import (autograded_notebook, cell_output, cell_scores, grade_id, lab_course, points, replace,
-                             submission_score)
+from nbgrader_course import (
+    autograded_notebook,
+    cell_output,
+    cell_scores,
+    grade_id,
+    lab_course,
+    points,
+    replace,
+    submission_score,
+)
 
 LAB, NB = "04-bank-conflicts", "bank-conflicts"
 
 pytest.importorskip("nbgrader")
 
 import grader  # noqa: E402
-from grader.static_values import read_values  # noqa: E402
+from grader.course.static_values import read_values  # noqa: E402
 
 ON_GPU = grader.BACKEND.name == "gpu"
 
@@ -156,7 +164,7 @@ def test_broken_submissions_are_told_why(course):
 
 def test_regrade_recomputes_every_cell(course):
     """Every graded cell of a submission that passes some checks and fails one (bank-conflicts-configs)."""
-    from grader.regrade import format_rows, regrade
+    from grader.course.regrade import format_rows, regrade
     rows = regrade(course, LAB, ["hardcoded"])
     text = format_rows(rows)
     assert rows and all(r.regraded is not None for r in rows), text

@@ -17,8 +17,16 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-from nbgrader_course import (autograded_notebook, cell_output, cell_scores, grade_id, lab_course, replace,
-                             source_notebook, stderr_in_graded_cells)
+from nbgrader_course import (
+    autograded_notebook,
+    cell_output,
+    cell_scores,
+    grade_id,
+    lab_course,
+    replace,
+    source_notebook,
+    stderr_in_graded_cells,
+)
 
 LAB, NB = "06-warptiling-autotuning", "warptiling-autotuning"
 
@@ -171,7 +179,7 @@ def test_the_search_runs_on_the_real_kernel(course):
 
 
 def test_regrade_recomputes_the_cells(course):
-    from grader.regrade import format_rows, regrade
+    from grader.course.regrade import format_rows, regrade
     rows = regrade(course, LAB, ["ref", "nosmem"])
     text = format_rows(rows)
     assert rows and all(r.regraded is not None for r in rows), text

@@ -1,5 +1,5 @@
-"""Lab 00 (PyCUDA by hand): grader.pycuda_host's recording and the checks of
-grader.checks.pycuda_host. The reference functions are the notebook's own
+"""Lab 00 (PyCUDA by hand): grader.kernels.host_log's recording and the checks of
+grader.grading.checks.pycuda_by_hand. The reference functions are the notebook's own
 solution cells (one source of truth), run here in-process; every check passes
 them and fails a broken variant with the message a student needs."""
 from __future__ import annotations
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import grader
-from grader.backend import drivers
-from grader.checks import pycuda_host as checks
-from grader.pycuda_host import HostLog, recording
-from grader.report import NOT_GRADED
+from grader.grading.checks import pycuda_by_hand as checks
+from grader.grading.report import NOT_GRADED
+from grader.kernels.host_log import HostLog, recording
+from grader.platform.backend import drivers
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "labs" / "00-pycuda-by-hand" / "pycuda-by-hand.ipynb"
@@ -212,7 +212,7 @@ def test_timing_other_correct_forms_pass(drv):
         block, grid = ns["launch_config"](M, N)
         return lambda: kernel(np.int32(M), np.int32(N), np.int32(K), a, b, c, block=block, grid=grid)
 
-    def all_events_then_one_sync(A, B, warmup=2, runs=10):      # grader.perf.time_kernel's way
+    def all_events_then_one_sync(A, B, warmup=2, runs=10):      # grader.kernels.timing.time_kernel's way
         go = setup(A, B)
         for _ in range(warmup):
             go()

@@ -9,7 +9,7 @@ import time
 import nbformat
 import pytest
 
-from grader.static_values import read_values
+from grader.course.static_values import read_values
 
 pytest.importorskip("nbgrader")
 
@@ -74,8 +74,9 @@ def _course(tmp_path, cells_by_student: dict):
 
 
 def test_regrade_survives_the_memory_bomb_and_a_broken_notebook(tmp_path, monkeypatch):
-    from grader import frontend, regrade
-    from grader.report import CheckReport, CheckResult
+    from grader.course import regrade
+    from grader.grading import frontend
+    from grader.grading.report import CheckReport, CheckResult
     monkeypatch.setattr(frontend, "check", lambda ex, src, checks, **k: CheckReport(ex, [CheckResult(
         checks[0], "passed", "", 1.0)]))
     course = _course(tmp_path, {
@@ -94,7 +95,7 @@ def test_regrade_survives_the_memory_bomb_and_a_broken_notebook(tmp_path, monkey
 
 
 def test_feedback_hides_a_failed_tests_traceback():
-    from grader.nbgrader_ext import HideTestErrors
+    from grader.course.nbgrader_ext import HideTestErrors
     cell = nbformat.v4.new_code_cell("### BEGIN HIDDEN TESTS\nassert np.allclose(AI_4096, 682.666)\n")
     cell.metadata["nbgrader"] = {"grade": True, "solution": False, "grade_id": "q", "points": 1}
     cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="682.666",

@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 
 import grader
-from grader import shortest_paths, top2
-from grader.checks import sssp as checks
-from grader.transfers import count_dtoh
+from grader.grading.checks import shortest_paths as checks
+from grader.kernels import sssp, top2
+from grader.kernels.transfers import count_dtoh
 
-SSSP = shortest_paths.SSSP.solution()
+SSSP = sssp.SSSP.solution()
 
 
 def test_dijkstra_convention():
     C = np.array([[1, 2], [3, 4]], np.float32)
-    d = shortest_paths.dijkstra(C, 0)
+    d = sssp.dijkstra(C, 0)
     assert d.tolist() == [[0, 2], [3, 6]]          # entering v costs C[v]; the source's own cost is not counted
 
 
@@ -44,7 +44,7 @@ def test_shortest_paths_transfers():
     rng = np.random.default_rng(1)
     A, B = top2.inputs(40, 50, 8, rng)
     with count_dtoh() as t:
-        out = shortest_paths.shortest_paths(A, B)
+        out = sssp.shortest_paths(A, B)
     M, N = 40, 50
     limit = 2 * 4 * M * N + 16 + 4 * (len(out["path"]) + 1) + 4 * (sum(out["rounds"]) + 2)
     assert t.bytes <= limit

@@ -13,11 +13,13 @@ import numpy as np
 import pytest
 from conftest import ON_EMULATOR
 
-from grader import exercises, transpose
-from grader.checks import bank_conflicts_configs, transpose as checks
 from grader.emulator.analysis import bank_wavefronts
-from grader.report import FAILED, PASSED
-from grader.stages import stage
+from grader.grading import registry
+from grader.grading.checks import bank_conflicts_configs
+from grader.grading.checks import padded_transpose as checks
+from grader.grading.report import FAILED, PASSED
+from grader.kernels import transpose
+from grader.kernels.stages import stage
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = REPO / "labs" / "04-bank-conflicts" / "bank-conflicts.ipynb"
@@ -108,15 +110,15 @@ def test_a_source_that_does_not_compile_fails_every_check_saying_so():
 
 # ---- bank-conflicts-configs ----------------------------------------------------------------------------------
 def test_the_exercise_grades_the_padding_under_other_configurations_before_performance():
-    names = exercises.get("bank-conflict-free").check_names
+    names = registry.get("bank-conflict-free").check_names
     assert names == ["compiles", "correctness", "races", "bank-conflicts", "bank-conflicts-configs", "performance"]
-    assert exercises.get("transpose").check_names == ["transpose-correctness", "transpose-races",
+    assert registry.get("transpose").check_names == ["transpose-correctness", "transpose-races",
                                                       "transpose-bank-conflicts"]
 
 
 def test_an_empty_kernel_earns_no_conflict_points():
     """No shared memory, no conflicts: the stage's bank-conflicts check credits only a kernel that computes C."""
-    check = exercises.get("bank-conflict-free").check("bank-conflicts")
+    check = registry.get("bank-conflict-free").check("bank-conflicts")
     body = PADDED.index("    static_assert(BM % 32")
     empty = PADDED[:body] + "}\n"
     r = check.run(empty, 1)
@@ -153,7 +155,7 @@ def test_configs_fail_a_padding_tuned_to_one_shape(stride, expect):
 
 def test_a_padding_tuned_to_one_shape_passes_the_stage_check_alone():
     """Why the configurations are needed: 128 + 4 written as a number passes the stage's own check."""
-    from grader.checks import bank_conflicts
+    from grader.grading.checks import bank_conflicts
     source = variant(PADDED, PAD_DEFINE, "#define AS_STRIDE 132")
     assert bank_conflicts.run(BCF, source, 1).status == PASSED
 

@@ -1,6 +1,6 @@
 """Grading trusts nothing a notebook can write: the emulator's builds are keyed
 and verified on load, and grading processes build into a private cache of
-their own (grader.isolation.grading_cache), with an environment the grader
+their own (grader.grading.isolation.grading_cache), with an environment the grader
 builds (not inherited)."""
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import emulator_only
 
 import grader
-from grader import isolation, sandbox
 from grader.emulator import build
-
-from conftest import emulator_only
+from grader.grading import isolation
+from grader.platform import sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 STUB = """__global__ void sgemm_naive(int M, int N, int K, const float* A, const float* B, float* C)
@@ -86,7 +86,7 @@ def test_grading_processes_get_an_environment_built_by_the_grader(monkeypatch):
 @emulator_only
 def test_a_sitecustomize_on_the_path_does_not_reach_grading(tmp_path, monkeypatch):
     (tmp_path / "sitecustomize.py").write_text(
-        "import grader.report as r\n"
+        "import grader.grading.report as r\n"
         "r.CheckResult.__post_init__ = lambda self: (setattr(self, 'status', 'passed'), "
         "setattr(self, 'points', self.max_points))\n")
     monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{REPO}")
@@ -216,13 +216,13 @@ def test_a_grading_process_limits_its_resources():
 
 
 def test_the_autograde_kernel_cannot_read_the_answers_or_write_outside_its_folder(tmp_path):
-    """nbgrader's kernel at autograde time (grader.nbgrader_ext.SandboxedKernelManager)."""
+    """nbgrader's kernel at autograde time (grader.course.nbgrader_ext.SandboxedKernelManager)."""
     pytest.importorskip("nbgrader")
     import asyncio
 
     from traitlets.config import Config
 
-    from grader.nbgrader_ext import SandboxedKernelManager
+    from grader.course.nbgrader_ext import SandboxedKernelManager
     _bubblewrap_or_skip()
     course = tmp_path / "course"
     own = course / "autograded" / "alice" / "A"
@@ -266,11 +266,12 @@ def test_the_verdict_on_correctness_is_computed_from_outputs_in_the_parent():
     its own seed and judges. A verdict, or outputs for another seed, from the child earn nothing."""
     import numpy as np
 
-    from grader import exercises, sgemm
-    from grader.checks import correctness
-    from grader.report import PASSED
-    spec = exercises.get("naive").check("correctness")
-    stage = grader.stages.stage("naive")
+    from grader.grading import registry
+    from grader.grading.checks import correctness
+    from grader.grading.report import PASSED
+    from grader.kernels import sgemm
+    spec = registry.get("naive").check("correctness")
+    stage = grader.kernels.stages.stage("naive")
     meta, arrays = {"seed": 7, "log": "", "compile_error": None, "shapes": []}, {}
     rng = np.random.default_rng(7)
     for i, (M, N, K) in enumerate(correctness.shapes(False)):
@@ -294,11 +295,11 @@ def test_the_verdict_on_correctness_is_computed_from_outputs_in_the_parent():
 def test_every_kernel_check_is_judged_in_the_parent():
     """Every check of a CUDA C exercise returns outputs, not a verdict: a passing verdict written on the
     result pipe (what native code that reached the pipe could forge) is refused."""
-    from grader import exercises
-    from grader.report import CheckResult
+    from grader.grading import registry
+    from grader.grading.report import CheckResult
     passing = b"J" + json.dumps(CheckResult("x", "passed", "forged", 1.0).to_dict()).encode()
-    python_exercises = {e.id for e in exercises.EXERCISES.values() if e.host_function}
-    for exercise in exercises.EXERCISES.values():
+    python_exercises = {e.id for e in registry.EXERCISES.values() if e.host_function}
+    for exercise in registry.EXERCISES.values():
         for check in exercise.checks:
             if exercise.id in python_exercises:
                 assert check.judge is None, (exercise.id, check.name)
@@ -353,8 +354,8 @@ def test_a_python_function_cannot_reach_the_grading_process():
 def test_values_cross_to_and_from_the_students_process_as_data():
     import numpy as np
 
-    from grader import student_process
-    from grader.occupancy import H200
+    from grader.grading import student_process
+    from grader.references.occupancy import H200
     source = ("import numpy as np\n"
               "class Mine:\n    pass\n"
               "def echo(*args, **kwargs):\n"

@@ -12,8 +12,14 @@ import sys
 
 from . import config
 from .analysis import Report, analyze
-from .config import (launch_timeout, set_launch_timeout, set_thread_order_seed, set_untrusted_sources, stopped_launches,
-                     thread_order_seed)
+from .config import (
+    launch_timeout,
+    set_launch_timeout,
+    set_thread_order_seed,
+    set_untrusted_sources,
+    stopped_launches,
+    thread_order_seed,
+)
 
 SUBMODULES = ("driver", "compiler", "tools", "gpuarray", "elementwise", "reduction", "scan", "cumath", "curandom",
               "characterize", "autoinit", "autoprimaryctx")

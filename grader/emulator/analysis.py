@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .runtime import runtime
+from .binding import runtime
 
 RACE_KINDS = {0: "read after write", 1: "write after read", 2: "write after write"}
 FINDING_KINDS = {0: "out of bounds", 1: "misaligned"}

@@ -9,7 +9,7 @@ bytes before anything loads it) and the metadata next to it records the key
 and the library's SHA-256. A library copied over another key's entry, or
 edited, is rebuilt, never loaded; what is loaded is a private copy of the
 verified bytes (_private_copy). Graders point GRADER_EMULATOR_CACHE at a
-private folder of their own (grader.isolation), so that nothing a notebook
+private folder of their own (grader.grading.isolation), so that nothing a notebook
 writes into the shared cache is ever loaded by a grading process."""
 from __future__ import annotations
 

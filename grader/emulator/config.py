@@ -62,10 +62,10 @@ def set_thread_order_seed(seed: int) -> None:
 
 # ---- the emulated device: an H200 (sm_90), the GPU the course is calibrated on -------------
 # The one table of its figures: the emulated driver answers cuDeviceGetAttribute from it, and
-# everything that needs the H200's numbers without a GPU (grader.occupancy.H200, a lab's
+# everything that needs the H200's numbers without a GPU (grader.references.occupancy.H200, a lab's
 # roofline) reads them through that driver's attributes or from here, never as literals.
-# FP32 peak: 132 SMs x 128 lanes x 2 x 1.98 GHz = 66.9 TFLOP/s (grader.perf.fp32_peak_from).
-# DRAM: 2 x 3.201 GHz x 6144 bits / 8 = 4.92 TB/s (grader.perf.dram_bandwidth_from; NVIDIA
+# FP32 peak: 132 SMs x 128 lanes x 2 x 1.98 GHz = 66.9 TFLOP/s (grader.kernels.timing.fp32_peak_from).
+# DRAM: 2 x 3.201 GHz x 6144 bits / 8 = 4.92 TB/s (grader.kernels.timing.dram_bandwidth_from; NVIDIA
 # quotes 4.8 TB/s for the H200's HBM3e), as the H200's driver reports these two attributes.
 DEVICE_NAME = "CPU emulator (sm_90, H200 limits)"
 COMPUTE_CAPABILITY = (9, 0)

@@ -5,7 +5,9 @@ import ctypes
 
 import numpy as np
 
+from . import driver as cuda
 from . import tools
+from .compiler import SourceModule
 
 
 def platform_bits() -> int:
@@ -27,8 +29,6 @@ def sizeof(type_name: str, preamble: str = "") -> int:
             return tools.get_or_register_dtype(type_name).itemsize
         except tools.TypeNameNotKnown:
             pass
-    from .compiler import SourceModule
-    from . import driver as cuda
     mod = SourceModule(f"{preamble}\n__global__ void write_size(size_t *output) {{ *output = sizeof({type_name}); }}")
     out = np.zeros(1, np.uintp)
     mod.get_function("write_size")(cuda.Out(out), block=(1, 1, 1))

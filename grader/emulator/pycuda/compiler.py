@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import re
 
+from ..binding import LoadedModule
 from ..build import BuildError, build_module
-from ..runtime import LoadedModule
-from .driver import CompileError, Module
+from .driver import CompileError, Module, NotSupported, _require_context
 
 DEFAULT_NVCC_FLAGS: list[str] = []
 
@@ -28,7 +28,6 @@ class SourceModule(Module):
 
     def __init__(self, source, nvcc="nvcc", options=None, keep=False, no_extern_c=False, arch=None, code=None,
                  cache_dir=None, include_dirs=None):
-        from .driver import _require_context
         _require_context("cuModuleLoadDataEx")
         build_args = dict(source=source, options=options, include_dirs=include_dirs, no_extern_c=no_extern_c)
         super().__init__(_load(build_args), lambda: _load(build_args, analysis=True))
@@ -41,7 +40,6 @@ class DynamicModule:
     """Linking device code at run time (dynamic parallelism, cuLink) is not emulated."""
 
     def __init__(self, *args, **kwargs):
-        from .driver import NotSupported
         raise NotSupported("dynamic parallelism and run-time linking (DynamicModule, DynamicSourceModule) are not "
                            "supported by the CPU emulator: launch kernels from the host")
 

@@ -3,6 +3,7 @@ use, running kernels on the CPU. Names and behaviour follow PyCUDA 2026.1."""
 from __future__ import annotations
 
 import builtins
+import ctypes
 import enum
 import functools
 import re
@@ -13,9 +14,8 @@ import time
 import numpy as np
 
 from .. import analysis, config
-from ..memory import DeviceAllocation, bytes_in_use, device_view, live_ranges
-from ..runtime import (FAULT, INVALID, LAUNCH_FAILURE, TIMEOUT, TRAP, Kernel, LoadedModule,
-                       pack_arguments, take_output)
+from ..binding import FAULT, INVALID, LAUNCH_FAILURE, TIMEOUT, TRAP, Kernel, LoadedModule, pack_arguments, take_output
+from ..memory import DeviceAllocation, bytes_in_use, device_view, find_allocation, live_ranges
 
 EMULATED = True
 TIMING = "wall-clock time on the CPU emulator"
@@ -504,7 +504,6 @@ class Module:
 def _argument_values(args) -> tuple[list, list]:
     """PyCUDA's rules (driver._build_arg_buf): numpy scalars by value, device
     memory and GPUArrays as pointers, In/Out/InOut copied around the launch."""
-    from ..memory import find_allocation
     handlers, values = [], []
     for i, arg in enumerate(args):
         if isinstance(arg, np.number):
@@ -684,7 +683,6 @@ class Function:
 def _prepared_value(char: str, arg) -> tuple[str, object]:
     """A prepared argument: device memory goes as a pointer whatever integer
     format stands for it (PyCUDA's examples use numpy.intp)."""
-    from ..memory import find_allocation
     arg = getattr(arg, "gpudata", arg)
     if isinstance(arg, DeviceAllocation):
         return "P", int(arg)
@@ -696,7 +694,6 @@ def _prepared_value(char: str, arg) -> tuple[str, object]:
 
 
 def _copy_variables(src: LoadedModule, dest: LoadedModule) -> None:
-    import ctypes
     for name, (addr, size) in src.variables.items():
         if name in dest.variables:
             ctypes.memmove(dest.variables[name][0], addr, size)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tools import ScalarArg, VectorArg, parse_arguments
+from .compiler import SourceModule
+from .tools import ScalarArg, VectorArg, dtype_to_ctype, parse_arguments
 
 _BODY = """
 {preamble}
@@ -37,7 +38,6 @@ def launch_shape(n: int) -> tuple[tuple[int, int], tuple[int, int, int]]:
 class ElementwiseKernel:
     def __init__(self, arguments, operation, name="kernel", keep=False, options=None, preamble="",
                  loop_prep="", after_loop=""):
-        from .compiler import SourceModule
         self.gen_kwargs = dict(arguments=arguments, operation=operation, name=name)
         self.arguments = parse_arguments(arguments)
         if not any(isinstance(a, VectorArg) for a in self.arguments):
@@ -92,7 +92,6 @@ def get_elwise_module(arguments, operation, name="kernel", keep=False, options=N
                       after_loop=""):
     """PyCUDA's module of one elementwise kernel: `arguments` (Argument objects)
     must include the element count `n`; the loop is PyCUDA's."""
-    from .compiler import SourceModule
     return SourceModule(f"""
 #include <pycuda-complex.hpp>
 {preamble}
@@ -119,7 +118,6 @@ def get_linear_combination_kernel(summand_descriptors, dtype_z):
     CUDA 13 cannot compile that header (PyCUDA 2026.1 on the H200) and the
     emulator has neither the header nor texture references, so the kernel
     fails to compile here as on a current GPU: pycuda.driver.CompileError."""
-    from .tools import dtype_to_ctype
     args, preamble, loop_prep, summands, tex_names = [], ["#include <pycuda-helpers.hpp>\n"], [], [], []
     for i, (is_gpu_scalar, scalar_dtype, vector_dtype) in enumerate(summand_descriptors):
         if is_gpu_scalar:

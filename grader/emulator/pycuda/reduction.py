@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .compiler import SourceModule
+from .gpuarray import empty
 from .tools import VectorArg, dtype_to_ctype, parse_arguments
 
 _BODY = """
@@ -27,7 +29,6 @@ __global__ void {name}({out_t} *__emu_out, {arguments}long start, long stop, lon
 class ReductionKernel:
     def __init__(self, dtype_out, neutral, reduce_expr, map_expr=None, arguments=None, name="reduce_kernel",
                  keep=False, options=None, preamble="", allocator=None):
-        from .compiler import SourceModule
         self.dtype_out = np.dtype(dtype_out)
         out_t = dtype_to_ctype(self.dtype_out)
         if arguments is None:
@@ -40,7 +41,6 @@ class ReductionKernel:
         self.func = SourceModule(source, options=options).get_function(name)
 
     def __call__(self, *args, **kwargs):
-        from .gpuarray import empty
         out = kwargs.pop("out", None)
         range_, slice_ = kwargs.pop("range", None), kwargs.pop("slice", None)
         kwargs.pop("stream", None)

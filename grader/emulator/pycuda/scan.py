@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .compiler import SourceModule
 from .tools import dtype_to_ctype
 
 _BODY = """
@@ -28,7 +29,6 @@ class _ScanKernel:
     _inclusive: bool
 
     def __init__(self, dtype, scan_expr, neutral=None, name_prefix="scan", options=None, preamble="", devices=None):
-        from .compiler import SourceModule
         self.dtype = np.dtype(dtype)
         if not self._inclusive and neutral is None:
             raise ValueError("an exclusive scan needs a neutral element")

@@ -1,7 +1,7 @@
 """Emulated `pycuda.tools`: contexts, the dtype <-> C type registry, memory
 pools, memoization per context, the pytest helpers of PyCUDA's own tests.
 PyCUDA's OccupancyRecord and DeviceData hard-code old GPU limits, so the
-course has its own occupancy calculator (grader.occupancy) instead."""
+course has its own occupancy calculator (grader.references.occupancy) instead."""
 from __future__ import annotations
 
 import functools

@@ -1,0 +1,76 @@
+"""One SGEMM launch under the emulator's analysis, as the bank-conflict and
+coalescing checks use it: collect() launches the student's kernel once (within
+the budget the reference kernel's analysed launch sets) and returns C and the
+analysis' records; outputs() turns them back into a report and C's comparison
+with A B, or the result when there is nothing to judge."""
+from __future__ import annotations
+
+import numpy as np
+
+from grader.grading.checks import emulator_tools as analysis
+from grader.grading.checks.common import (
+    compile_function,
+    did_not_finish,
+    does_not_compile,
+    launch_budget,
+    launch_errors,
+    launch_failure,
+    returned_matrix,
+    start_stage_collect,
+)
+from grader.grading.report import FAILED, NOT_GRADED, CheckResult
+from grader.kernels import sgemm
+from grader.platform.backend import drivers
+
+
+def inputs(shape: tuple[int, int, int]):
+    """The fixed inputs of these checks (seed 0: the records must not depend on the seed)."""
+    M, N, K = shape
+    return sgemm.random_inputs(M, N, K, np.random.default_rng(0))
+
+
+def collect(name: str, stage, source: str, seed, shape: tuple[int, int, int]) -> tuple[dict, dict]:
+    """What the kernel did, nothing judged: C and the analysis' records of one launch."""
+    meta, function = start_stage_collect(stage, source, seed, on_emulator=True)
+    meta.update(failure=None, stopped=False)
+    if function is None:
+        return meta, {}
+    driver, _ = drivers(on_emulator=True)
+    M, N, K = shape
+    A, B = inputs(shape)
+    launch = stage.launch(M, N, K)
+    a, b = driver.to_device(A), driver.to_device(B)
+    c = driver.to_device(sgemm.poisoned((M, N)))
+
+    def analysed_reference():
+        reference = compile_function(stage, stage.source(), on_emulator=True)[0]
+        c_ref = driver.to_device(sgemm.poisoned((M, N)))
+        with analysis.thread_order(0), analysis.analysis():
+            sgemm.launch_kernel(reference, launch, M, N, K, a, b, c_ref)
+
+    with launch_budget((name, stage.id, M, N, K), analysed_reference), \
+            analysis.thread_order(0), analysis.analysis() as report:
+        try:
+            sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
+        except launch_errors(driver) as e:
+            meta["failure"], meta["stopped"] = launch_failure(driver, e), did_not_finish(e)
+            return meta, {}
+    C = np.empty((M, N), dtype=np.float32)
+    driver.memcpy_dtoh(C, c)
+    meta["report"] = analysis.report_data(report)
+    return meta, {"C": C}
+
+
+def outputs(name: str, meta: dict, arrays: dict, shape: tuple[int, int, int], graded: bool):
+    """(the analysis report, C against A B, the compiler's log) from collect()'s outputs; or the
+    CheckResult when the kernel did not compile or its launch failed."""
+    M, N, K = shape
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"])
+    if meta.get("failure"):
+        return CheckResult(name, FAILED if graded else NOT_GRADED, f"M={M} N={N} K={K}: {meta['failure']}", 0.0,
+                           details={"did_not_finish": True} if meta.get("stopped") else {})
+    C = returned_matrix(arrays.get("C"), (M, N))
+    A, B = inputs(shape)
+    computed = sgemm.compare(C if C is not None else sgemm.poisoned((M, N)), A, B)
+    return analysis.report_from(meta.get("report", {})), computed, meta.get("log", "")

@@ -1,0 +1,241 @@
+"""What the checks share: compiling a stage's kernel (through the one
+compile-and-capture, grader.platform.compiler), launching with guard zones around C,
+readable launch failures, the "does not compile" result, random seeds.
+
+Every check is a function of (submission, seed), the exercise's own
+parameters (an SGEMM stage) bound by the registry, grader.grading.registry; it
+returns a grader.grading.report.CheckResult and never raises for anything the
+student's code does.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+
+import numpy as np
+
+from grader import emulator
+from grader.grading.report import CheckResult
+from grader.kernels.sgemm import POISON_BITS, launch_kernel
+from grader.kernels.stages import Launch, Stage
+from grader.kernels.timing import on_gpu
+from grader.platform.compiler import CompileFailed, Kernels, compile_kernels
+
+# The bit pattern written around C: a signalling NaN no float arithmetic produces.
+GUARD_BITS = np.uint32(0x7FBADBAD)
+DOES_NOT_COMPILE = "the kernel does not compile:"
+DID_NOT_FINISH = "the kernel did not finish"
+
+# A launch of the student's kernel on the emulator is stopped once it has run
+# HANG_FACTOR times as long as the reference kernel on the same launch (same
+# shape, same mode: plain or analysed), and never before HANG_FLOOR_S seconds.
+# On a GPU a launch cannot be stopped alone: in a grading process (end_process_past_budget) the
+# whole process is then ended by SIGALRM, which grader.grading.isolation reports as a kernel that did not finish.
+HANG_FACTOR = 100
+HANG_FLOOR_S = 5.0
+_reference_seconds: dict = {}
+_budget_text = ""
+_alarm = False
+
+
+def end_process_past_budget(on: bool = True) -> None:
+    """In a grading process on a GPU: a launch past its budget ends the process (SIGALRM)."""
+    global _alarm
+    _alarm = on and hasattr(signal, "setitimer")
+    if _alarm:
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)      # not inherited as ignored: it must end the process
+
+
+def budget_seconds(reference_seconds: float) -> float:
+    return max(HANG_FLOOR_S, HANG_FACTOR * reference_seconds)
+
+
+def _reference_time(key, reference) -> float | None:
+    """The faster of two runs of `reference()` (the first pays for loading the module), once per key."""
+    if key not in _reference_seconds:
+        times = []
+        try:
+            for _ in range(2):
+                start = time.perf_counter()
+                reference()
+                times.append(time.perf_counter() - start)
+            _reference_seconds[key] = min(times)
+        except Exception:             # the reference itself failed (a grader bug): no derived budget
+            _reference_seconds[key] = None
+    return _reference_seconds[key]
+
+
+@contextlib.contextmanager
+def launch_budget(key, reference, emulated: bool = True):
+    """Emulated launches inside stop after budget_seconds(the reference's time),
+    `reference()` running the reference kernel on the same launch (timed once
+    per key in this process). Real GPU launches cannot be stopped one by one:
+    in a grading process the process is ended past the same budget (see
+    end_process_past_budget); elsewhere nothing stops them."""
+    global _budget_text
+    if not emulated:
+        ref = _reference_time(key, reference) if _alarm else None
+        if ref is None:
+            yield None
+            return
+        signal.setitimer(signal.ITIMER_REAL, budget_seconds(ref))
+        try:
+            yield budget_seconds(ref)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        return
+    ref = _reference_time(key, reference)
+    old = emulator.launch_timeout()
+    budget = old if ref is None else min(old, budget_seconds(ref))
+    _budget_text = (f"stopped after {budget:.1f} s" + ("" if ref is None else
+                    f" ({HANG_FACTOR} x the reference kernel's {ref * 1e3:.1f} ms on the same launch, "
+                    f"at least {HANG_FLOOR_S:g} s)"))
+    emulator.set_launch_timeout(budget)
+    try:
+        yield budget
+    finally:
+        emulator.set_launch_timeout(old)
+
+
+@contextlib.contextmanager
+def reference_budget(key, kernels: Kernels, launches, on_emulator: bool = False):
+    """launch_budget for a check of labs 4, 7 and 8: `launches(functions)` makes the check's launches;
+    made with the reference solution's functions, they set the budget of the student's launches inside."""
+    functions: dict = {}
+
+    def reference():
+        if not functions:             # compiled in the first of the two timed runs only
+            functions.update(kernels.compile(on_emulator=on_emulator)[0])
+        launches(functions)
+
+    with launch_budget(key, reference, emulated=on_emulator or not on_gpu()) as budget:
+        yield budget
+
+
+def compile_function(stage: Stage, source: str, on_emulator: bool = False):
+    """(the stage's kernel as a Function, compiler log). Raises CompileFailed."""
+    functions, log = compile_kernels(source, [stage.kernel], stage.options(), on_emulator)
+    return functions[stage.kernel], log
+
+
+def does_not_compile(name: str, error: CompileFailed | str, seed: int | None = None) -> CheckResult:
+    """The failed result of a check whose source does not compile (said once, with the compiler's log)."""
+    return CheckResult.make(name, False, f"{DOES_NOT_COMPILE}\n{error}",
+                            details={} if seed is None else {"seed": seed})
+
+
+def split_run(collect, judge):
+    """run(source, seed) of a check split into collect() (what the kernel did, in the grading process)
+    and judge() (the verdict, in the process that started it): both here, for tests and tools."""
+    def run(source: str, seed: int | None = None) -> CheckResult:
+        return judge(*collect(source, seed), gpu=on_gpu())
+    return run
+
+
+def start_stage_collect(stage: Stage, source: str, seed: int | None, on_emulator: bool = False):
+    """How collect() of an SGEMM stage's check starts: (meta with the seed and the compiler's log or error,
+    the stage's kernel as a Function, or None when the source does not compile)."""
+    meta = {"seed": new_seed() if seed is None else int(seed), "log": "", "compile_error": None}
+    try:
+        function, meta["log"] = compile_function(stage, source, on_emulator)
+    except CompileFailed as e:
+        meta["compile_error"] = str(e)
+        return meta, None
+    return meta, function
+
+
+def start_collect(kernels: Kernels, source: str, seed: int | None, on_emulator: bool = False):
+    """How collect() of a check of labs 4, 7 and 8 starts: (meta with the seed and the compiler's log or
+    error, {kernel: Function} or None when the source does not compile)."""
+    meta = {"seed": new_seed() if seed is None else int(seed), "log": "", "compile_error": None}
+    try:
+        functions, meta["log"] = kernels.compile(source, on_emulator=on_emulator)
+    except CompileFailed as e:
+        meta["compile_error"] = str(e)
+        return meta, None
+    return meta, functions
+
+
+def run_guarded(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray, guard: int | None = None):
+    """C = A B with C poisoned (grader.kernels.sgemm.POISON_BITS) and `guard` poisoned floats before and after
+    it in the same allocation. Returns (C, guard_before_ok, guard_after_ok,
+    first bad guard offsets)."""
+    M, K = A.shape
+    N = B.shape[1]
+    if guard is None:
+        guard = max(4096, 128 * N + 128)          # a whole row of tiles hanging over the end
+    host = np.empty(guard + M * N + guard, dtype=np.float32)
+    bits = host.view(np.uint32)
+    bits[:] = GUARD_BITS
+    bits[guard:guard + M * N] = POISON_BITS
+    a = driver.to_device(np.ascontiguousarray(A, dtype=np.float32))
+    b = driver.to_device(np.ascontiguousarray(B, dtype=np.float32))
+    c = driver.to_device(host)
+    launch_kernel(function, launch, M, N, K, a, b, int(c) + 4 * guard)
+    driver.Context.synchronize()       # a real GPU reports a faulting launch here
+    driver.memcpy_dtoh(host, c)
+    bits = host.view(np.uint32)
+    before = np.flatnonzero(bits[:guard] != GUARD_BITS)
+    after = np.flatnonzero(bits[guard + M * N:] != GUARD_BITS)
+    C = host[guard:guard + M * N].reshape(M, N).copy()
+    for alloc in (a, b, c):
+        with contextlib.suppress(driver.Error):     # after a fault, the context is gone
+            alloc.free()
+    return C, before - guard, after
+
+
+def launch_failure(driver, e: Exception) -> str:
+    """A readable reason why a launch (or the copies around it) raised `e`."""
+    kind = getattr(e, "kind", None)
+    if isinstance(e, getattr(driver, "LaunchError", ())) or kind is not None:
+        why = {"deadlock": "the threads of a block deadlocked (a __syncthreads() that not every thread reaches?)",
+               "timeout": f"{DID_NOT_FINISH}: {_budget_text or 'it ran past its time limit'}",
+               "fault": "the kernel read or wrote memory outside the arrays (a missing bounds check?)",
+               "trap": "the kernel trapped (assert or __trap)"}.get(kind, "the launch failed")
+        return f"{why}: {e}"
+    text = str(e)
+    # Real CUDA reports a fault at the next synchronising call, as the driver's words:
+    if "illegal memory access" in text or "misaligned address" in text:
+        return ("the kernel read or wrote memory outside the arrays, or at a misaligned address (a missing bounds "
+                f"check? a tile index past its tile?): {text}")
+    if "unspecified launch failure" in text or "illegal instruction" in text:
+        return f"the kernel faulted on the GPU: {text}"
+    return f"{type(e).__name__}: {e}"
+
+
+def did_not_finish(e: Exception) -> bool:
+    """The launch was stopped at its time limit (the kernel hangs or is far too slow)."""
+    return getattr(e, "kind", None) == "timeout"
+
+
+def launch_errors(driver) -> tuple[type[BaseException], ...]:
+    """What launching student code can raise: the driver's errors (a fault, a
+    deadlock, a timeout), and TypeError or ValueError for arguments that do not
+    fit the kernel's parameters. Anything else is a grader error."""
+    return (driver.Error, TypeError, ValueError)
+
+
+def guard_problems(before, after, n: int, name: str) -> list[str]:
+    """What writes into the guard zones around an output of n floats say (nothing: [])."""
+    if not len(before) and not len(after):
+        return []
+    where = []
+    if len(before):
+        where.append(f"{len(before)} float(s) before {name} (first at offset {int(before[-1])})")
+    if len(after):
+        where.append(f"{len(after)} float(s) after its end (first at {name}[{n + int(after[0])}], past the last "
+                     f"element {name}[{n - 1}])")
+    return [f"wrote outside {name}: " + " and ".join(where) + " - a missing bounds check?"]
+
+
+def returned_matrix(value, shape: tuple) -> np.ndarray | None:
+    """A float32 array of this shape, as a grading process returned it, or None (missing or malformed)."""
+    if value is None:
+        return None
+    value = np.asarray(value)
+    return value if value.shape == tuple(shape) and value.dtype == np.float32 else None
+
+
+def new_seed() -> int:
+    return int(np.random.SeedSequence().entropy % 2**32)

@@ -1,0 +1,147 @@
+"""C = A B on fresh random inputs: non-square shapes that are not multiples of
+any tile plus one large shape; C NaN-poisoned and surrounded by guard zones;
+every element against the float64 product with a K-scaled tolerance."""
+from __future__ import annotations
+
+import numpy as np
+
+from grader.grading.checks.common import (
+    compile_function,
+    did_not_finish,
+    guard_problems,
+    launch_budget,
+    launch_errors,
+    launch_failure,
+    run_guarded,
+    start_stage_collect,
+)
+from grader.grading.report import CheckResult, png_base64
+from grader.kernels import sgemm
+from grader.kernels.timing import on_gpu
+from grader.platform.backend import drivers
+
+NAME = "correctness"
+# Not multiples of 8, 16, 32, 64 or 128 in any dimension, one of them a single row.
+SHAPES = [(17, 33, 9), (100, 37, 61), (1, 129, 31), (130, 67, 250), (257, 129, 65)]
+LARGE_EMULATOR = (256, 384, 128)       # a multiple of every tile in the course
+LARGE_GPU = (2048, 1536, 1024)
+HEATMAP_FROM = 16                      # wrong elements that earn a picture
+
+
+def shapes(on_gpu: bool) -> list[tuple[int, int, int]]:
+    return SHAPES + [LARGE_GPU if on_gpu else LARGE_EMULATOR]
+
+
+def heatmap(bad: np.ndarray, title: str) -> str:
+    """A small picture of where the wrong elements of C are (base64 PNG)."""
+    from matplotlib.figure import Figure
+    M, N = bad.shape
+    bins_r, bins_c = min(M, 64), min(N, 64)
+    rows = np.minimum((np.arange(M) * bins_r) // M, bins_r - 1)
+    cols = np.minimum((np.arange(N) * bins_c) // N, bins_c - 1)
+    grid = np.zeros((bins_r, bins_c))
+    np.add.at(grid, (rows[:, None].repeat(N, 1), cols[None, :].repeat(M, 0)), bad.astype(float))
+    counts = np.zeros((bins_r, bins_c))
+    np.add.at(counts, (rows[:, None].repeat(N, 1), cols[None, :].repeat(M, 0)), 1.0)
+    fig = Figure(figsize=(3.2, 3.0))
+    ax = fig.add_subplot()
+    im = ax.imshow(grid / np.maximum(counts, 1), cmap="Reds", vmin=0, vmax=1, aspect="auto",
+                   extent=(0, N, M, 0), interpolation="nearest")
+    ax.set_xlabel("column of C")
+    ax.set_ylabel("row of C")
+    ax.set_title(title, fontsize=8)
+    fig.colorbar(im, ax=ax, label="share wrong")
+    return png_base64(fig)
+
+
+def run(stage, source: str, seed: int | None = None) -> CheckResult:
+    """The check in one process (tests, tools): judge(collect(...))."""
+    return judge(stage, *collect(stage, source, seed), gpu=on_gpu())
+
+
+def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
+    """What the student's kernel did, and nothing judged: (meta, arrays). The
+    grading process runs this; the verdict is computed by judge() in the
+    process that started it, from these outputs and the seed alone (a kernel
+    that scribbled over the grading process's memory cannot forge it)."""
+    meta, function = start_stage_collect(stage, source, seed)
+    meta["shapes"], arrays = [], {}
+    if function is None:
+        return meta, arrays
+    rng = np.random.default_rng(meta["seed"])
+    driver, _ = drivers()
+    gpu = on_gpu()
+    reference = []
+
+    def run_reference(launch, A, B):
+        if not reference:
+            reference.append(compile_function(stage, stage.source())[0])
+        run_guarded(driver, reference[0], launch, A, B)
+
+    for i, (M, N, K) in enumerate(shapes(gpu)):
+        A, B = sgemm.random_inputs(M, N, K, rng)
+        launch = stage.launch(M, N, K)
+        try:
+            with launch_budget((NAME, stage.id, M, N, K), lambda: run_reference(launch, A, B), emulated=not gpu):
+                C, before, after = run_guarded(driver, function, launch, A, B)
+        except launch_errors(driver) as e:     # a failed launch: the message says which
+            meta["shapes"].append({"failure": launch_failure(driver, e), "stopped": did_not_finish(e)})
+            if gpu or did_not_finish(e):
+                break               # on a GPU the context is gone after a fault; a hang would hang again
+            continue
+        meta["shapes"].append({"failure": None})
+        arrays.update({f"C{i}": C, f"before{i}": before, f"after{i}": after})
+    return meta, arrays
+
+
+def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    """The verdict on collect()'s outputs: the inputs are made again from the
+    seed, here; anything missing or malformed is wrong."""
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return CheckResult.make(NAME, False, f"the kernel does not compile:\n{meta['compile_error']}",
+                                details={"seed": seed})
+    rng = np.random.default_rng(seed)
+    lines, figure = [], None
+    ok_all = True
+    stopped = False
+    ran = list(meta.get("shapes", []))
+    for i, (M, N, K) in enumerate(shapes(gpu)):
+        A, B = sgemm.random_inputs(M, N, K, rng)
+        shape = f"M={M} N={N} K={K}"
+        if i >= len(ran):           # after a GPU fault or a hang the rest was not run; else outputs are missing
+            if ok_all:
+                lines.append(f"{shape}: the grading process returned no result for this shape")
+            ok_all = False
+            break
+        outcome = ran[i]
+        if outcome.get("failure"):
+            lines.append(f"{shape}: {outcome['failure']}")
+            ok_all = False
+            stopped = stopped or bool(outcome.get("stopped"))
+            continue
+        C = np.asarray(arrays.get(f"C{i}", np.empty(0)), dtype=np.float32)
+        if C.shape != (M, N):
+            lines.append(f"{shape}: the grading process returned no C of this shape")
+            ok_all = False
+            continue
+        before = np.asarray(arrays.get(f"before{i}", np.empty(0)), dtype=np.int64)
+        after = np.asarray(arrays.get(f"after{i}", np.empty(0)), dtype=np.int64)
+        problems = guard_problems(before, after, M * N, "C")
+        cmp = sgemm.compare(C, A, B)
+        if not cmp.ok:
+            r, c, want, got = cmp.first
+            problems.append(f"{cmp.wrong} of {M * N} elements wrong; first at row {r}, column {c}: "
+                            f"expected {want:.6g}, got {got:.6g}" + sgemm.nan_hint(C[r, c]))
+            if cmp.wrong >= HEATMAP_FROM and figure is None:
+                figure = heatmap(sgemm.wrong_elements(C, A, B)[0], f"wrong elements, {shape}")
+        if problems:
+            ok_all = False
+            lines.append(f"{shape}: " + "; ".join(problems))
+        else:
+            lines.append(f"{shape}: all {M * N} elements correct")
+    head = (f"correct on all {len(shapes(gpu))} shapes" if ok_all else "wrong") + \
+        f" (random seed {seed}; tolerance 2 K eps sum|a b| per element against float64)"
+    details = {"seed": seed, **({"did_not_finish": True} if stopped else {})}
+    return CheckResult.make(NAME, ok_all, head + "\n" + "\n".join(lines), figure=figure,
+                            details=details, output=meta.get("log", ""))

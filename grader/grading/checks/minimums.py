@@ -1,0 +1,414 @@
+"""Lab 7 checks: the top-2 reduction (solutions/top2.cu), the fused SGEMM +
+top-2 (solutions/sgemm-top2.cu) and a host function minimums(A, B).
+
+    run_top2(source, seed)        exact against numpy on adversarial arrays (ties, both minimums in one
+                                  thread / warp / block, in the scalar tail, at index 0 and the last index,
+                                  1 x 2, 1 x N, M x 1, non-multiples) and after a GPU SGEMM
+    run_top2_races(source, seed)  emulator analysis (races, out-of-bounds) and permuted thread orders
+    run_fused(source, seed)       the fused kernel: C correct and its two minimums exact
+    run_fused_races(source, seed) as run_top2_races for the fused kernel
+    run_host(function, seed)      the two minimums right, at most HOST_BYTES bytes device -> host
+    run_host_source(source, seed) run_host on the function `minimums` that a submission's text
+                                  defines, called in a process of its own (grader.grading.student_process)
+
+Each kernel check X is collect_X(source, seed), what the kernel did (run in
+the sandboxed grading process), and judge_X(meta, arrays, gpu), the verdict
+(computed in the process that started it, from those outputs and the seed);
+run_X is both in one process, for tests and tools.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from grader.grading import student_process
+from grader.grading.checks import emulator_tools as analysis
+from grader.grading.checks.common import (
+    does_not_compile,
+    launch_errors,
+    launch_failure,
+    new_seed,
+    reference_budget,
+    returned_matrix,
+    split_run,
+    start_collect,
+)
+from grader.grading.report import CheckResult
+from grader.kernels import sgemm, top2
+from grader.kernels.sgemm import driver_of
+from grader.kernels.transfers import count_dtoh
+from grader.platform.backend import drivers
+
+HOST_BYTES = 64      # two 8-byte keys and a few flags
+HOST_FUNCTION = "minimums"
+
+
+def _fmt(m) -> str:
+    return f"(value {m[0]:.7g}, row {m[1]}, col {m[2]})"
+
+
+def adversarial(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
+    """(description, non-negative float32 M x N array) pairs."""
+    cases = []
+
+    def base(M, N):
+        return rng.uniform(0.5, 1.0, (M, N)).astype(np.float32)
+
+    x = base(1, 2); cases.append(("1 x 2", x))
+    x = base(1, 2); x[0, 1] = x[0, 0]; cases.append(("1 x 2, equal values (tie: both cells)", x))
+    x = base(1, 1000); cases.append(("1 x 1000", x))
+    x = base(777, 1); cases.append(("777 x 1", x))
+    x = base(37, 53); x.flat[0] = 0.1; x.flat[-1] = 0.2; cases.append(("37 x 53, minimums at index 0 and the "
+                                                                          "last index", x))
+    x = base(37, 53); x.flat[-1] = 0.1; x.flat[-2] = 0.2; cases.append(("37 x 53, minimums at the last two "
+                                                                          "indices (the scalar tail)", x))
+    x = base(61, 67); x.flat[4 * 100] = 0.2; x.flat[4 * 100 + 2] = 0.1
+    cases.append(("61 x 67, both minimums in one float4 (one thread)", x))
+    x = base(61, 67); x.flat[4 * 96 + 5] = 0.1; x.flat[4 * 96 + 70] = 0.1
+    cases.append(("61 x 67, equal minimums in one warp", x))
+    x = base(61, 67); x.flat[4 * 256 + 3] = 0.3; x.flat[4 * 256 + 900] = 0.1
+    cases.append(("61 x 67, both minimums in one block, different warps", x))
+    n = 123 * 91
+    x = base(123, 91); x.flat[n - 7] = 0.2; x.flat[n - 300] = 0.2
+    cases.append(("123 x 91, tie in the last (partial) block", x))
+    x = np.full((33, 35), 0.75, np.float32); cases.append(("33 x 35, all equal (indices 0 and 1)", x))
+    x = rng.integers(0, 4, (150, 149)).astype(np.float32) / 4; cases.append(("150 x 149, many ties "
+                                                                              "(values 0, 0.25, 0.5, 0.75)", x))
+    x = base(300, 300); i, j = rng.choice(x.size, 2, replace=False); x.flat[i] = 0.01; x.flat[j] = 0.02
+    cases.append(("300 x 300 (many blocks), random positions", x))
+    x = base(300, 300); x.flat[5] = 0.0; x.flat[89_999] = 0.0; cases.append(("300 x 300, two zeros", x))
+    return cases
+
+
+def compare(got: tuple[int, int], x: np.ndarray, what: str) -> str | None:
+    """None when the keys are the two minimums of x, else what is wrong."""
+    M, N = x.shape
+    want = top2.reference_top2(x, N)
+    k1, k2 = got
+    if k1 == top2.EMPTY_KEY or k2 == top2.EMPTY_KEY:
+        return (f"{what}: {'no minimum' if k1 == top2.EMPTY_KEY else 'no second minimum'} was written "
+                f"(key still ~0); expected {_fmt(want[0])} and {_fmt(want[1])}")
+    g1, g2 = top2.unpack(k1, N), top2.unpack(k2, N)
+    if (k1 & 0xFFFFFFFF) >= M * N or (k2 & 0xFFFFFFFF) >= M * N:
+        return f"{what}: an index outside the array: got {_fmt(g1)} and {_fmt(g2)}"
+    if k1 == k2:
+        return (f"{what}: the same cell twice {_fmt(g1)}: the second minimum must be at a different position "
+                f"(expected {_fmt(want[0])} and {_fmt(want[1])})")
+    if (g1, g2) != want:
+        return f"{what}: expected {_fmt(want[0])} and {_fmt(want[1])}, got {_fmt(g1)} and {_fmt(g2)}"
+    return None
+
+
+# After a GPU SGEMM (A, B uniform in [0, 1)): C stays on the device.
+TOP2_SGEMM_SHAPE = (130, 97, 40)
+RACES_ORDERS = (0x5EED1, 0xC0FFEE)
+
+
+def _keys(value) -> tuple[int, int] | None:
+    """Two keys as the grading process returned them, or None."""
+    try:
+        k1, k2 = (int(k) for k in value)
+        return k1, k2
+    except (TypeError, ValueError):
+        return None
+
+
+def _reference_c_problem(C, A, B, what: str) -> str | None:
+    """The grader's own SGEMM result as the grading process returned it: wrong or missing is a grader error."""
+    if C is None or not sgemm.compare(C, A, B).ok:
+        return f"{what}: the grading process returned no right C from the reference SGEMM"
+    return None
+
+
+def collect_top2(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    meta, fns = start_collect(top2.TOP2, source, seed)
+    if fns is None:
+        return meta, {}
+    rng = np.random.default_rng(meta["seed"])
+    drv = driver_of(fns["top2"])
+    cases = adversarial(rng)
+    M, N, K = TOP2_SGEMM_SHAPE
+    A, B = top2.inputs(M, N, K, rng)
+
+    def keys(functions, x):
+        xd = drv.to_device(np.ascontiguousarray(x))
+        found = top2.top2_keys(functions["top2"], xd, x.size)
+        xd.free()
+        return found
+
+    meta["cases"] = []
+    with reference_budget(("top2-exact",), top2.TOP2, lambda ref: [keys(ref, x) for _, x in cases]):
+        for what, x in cases:
+            try:
+                meta["cases"].append({"keys": list(keys(fns, x))})
+            except launch_errors(drv) as e:
+                meta["cases"].append({"failure": launch_failure(drv, e)})
+                return meta, {}
+        c, _, _ = top2.sgemm_on_device(A, B)
+        C = np.empty((M, N), np.float32)
+        drv.memcpy_dtoh(C, c)
+        meta["sgemm_keys"] = list(top2.top2_keys(fns["top2"], c, M * N))
+        c.free()
+    return meta, {"C": C}
+
+
+def judge_top2(meta: dict, arrays: dict, gpu: bool, name: str = "top2-exact") -> CheckResult:
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    rng = np.random.default_rng(seed)
+    lines, ok = [], True
+    cases = adversarial(rng)
+    ran = list(meta.get("cases", []))
+    for i, (what, x) in enumerate(cases):
+        if i >= len(ran):
+            ok = False
+            lines.append(f"{what}: the grading process returned no keys")
+            break
+        if ran[i].get("failure"):
+            ok = False
+            lines.append(f"{what}: {ran[i]['failure']}")
+            break
+        keys = _keys(ran[i].get("keys"))
+        problem = compare(keys, x, what) if keys else f"{what}: the grading process returned no keys"
+        if problem:
+            ok = False
+            lines.append(problem)
+    M, N, K = TOP2_SGEMM_SHAPE
+    A, B = top2.inputs(M, N, K, rng)
+    if ok:
+        what = f"C = A B, M={M} N={N} K={K}"
+        C = returned_matrix(arrays.get("C"), (M, N))
+        keys = _keys(meta.get("sgemm_keys"))
+        problem = _reference_c_problem(C, A, B, what) or \
+            (compare(keys, C, what) if keys else f"{what}: the grading process returned no keys")
+        if problem:
+            ok = False
+            lines.append(problem)
+    head = (f"the two minimums are exact on all {len(cases) + 1} inputs" if ok else "wrong") + \
+        f" (random seed {seed}; ties to the smaller row-major index)"
+    return CheckResult.make(name, ok, head + ("\n" + "\n".join(lines) if lines else ""),
+                            details={"seed": seed}, output=meta.get("log", ""))
+
+
+def _collect_races(kernels, source: str, seed, launch) -> tuple[dict, dict]:
+    """Emulator analysis of one launch plus permuted thread orders; launch(fns, rng) -> keys."""
+    meta, fns = start_collect(kernels, source, seed, on_emulator=True)
+    if fns is None:
+        return meta, {}
+    drv = drivers(on_emulator=True)[0]
+
+    def analysed(functions):
+        with analysis.thread_order(0), analysis.analysis() as report:
+            return list(launch(functions, np.random.default_rng(meta["seed"]))), report
+
+    with reference_budget((kernels.file, "races"), kernels, analysed, on_emulator=True):
+        try:
+            meta["keys"], report = analysed(fns)
+            meta["report"] = analysis.report_data(report)
+            meta["orders"] = []
+            for s in RACES_ORDERS:
+                with analysis.thread_order(s):
+                    keys = launch(fns, np.random.default_rng(meta["seed"]))
+                meta["orders"].append({"seed": s, "keys": list(keys)})
+        except launch_errors(drv) as e:
+            meta["failure"] = launch_failure(drv, e)
+    return meta, {}
+
+
+def _judge_races(meta: dict, name: str) -> CheckResult:
+    seed = int(meta["seed"])
+    log = meta.get("log", "")
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    if meta.get("failure"):
+        return CheckResult.make(name, False, meta["failure"], details={"seed": seed}, output=log)
+    problems = []
+    report = analysis.report_from(meta.get("report", {}))
+    races, oob = list(report.races), list(report.out_of_bounds)
+    if races:
+        problems.append(f"{len(races)} race(s) on shared or global memory - a missing __syncthreads() "
+                        "between the warps' writes to shared memory and warp 0's reads? e.g.:\n  "
+                        + "\n  ".join(analysis.describe(r) for r in races[:3]))
+    if oob:
+        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
+                        + "\n  ".join(analysis.describe(r) for r in oob[:3]))
+    keys0 = _keys(meta.get("keys"))
+    orders = list(meta.get("orders", []))
+    if keys0 is None or len(orders) != len(RACES_ORDERS):
+        problems.append("the grading process did not return the keys of every thread order")
+    else:
+        for order in orders:
+            keys = _keys(order.get("keys"))
+            if keys != keys0:
+                problems.append(f"the result depends on the order in which threads run (thread order seed "
+                                f"{int(order['seed']):#x}): keys {keys0} in the normal order, {keys} permuted - a "
+                                "missing __syncthreads()?")
+                break
+    if problems:
+        return CheckResult.make(name, False, "\n".join(problems), details={"seed": seed}, output=log)
+    return CheckResult.make(name, True, "no races, no out-of-bounds accesses, the same minimums in 3 thread "
+                            "orders", details={"seed": seed}, output=log)
+
+
+def _launch_top2(fns, rng):
+    drv = drivers(on_emulator=True)[0]
+    x = rng.uniform(0.5, 1.0, 6007).astype(np.float32)
+    x[[17, 2100]] = 0.1
+    xd = drv.to_device(x)
+    keys = top2.top2_keys(fns["top2"], xd, x.size, blocks=3)
+    xd.free()
+    return keys
+
+
+def collect_top2_races(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    return _collect_races(top2.TOP2, source, seed, _launch_top2)
+
+
+def judge_top2_races(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    return _judge_races(meta, "top2-races")
+
+
+def fused_cases(rng):
+    cases = []
+    for M, N, K in [(1, 2, 5), (1, 70, 9), (67, 1, 13), (45, 39, 37), (100, 130, 20)]:
+        A, B = top2.inputs(M, N, K, rng)
+        cases.append((f"M={M} N={N} K={K}", A, B))
+    A, B = top2.inputs(70, 90, 11, rng)
+    A[[40, 9]] = 0.0                      # two zero rows of C: 180 tied zeros
+    cases.append(("M=70 N=90 K=11, rows 9 and 40 of C zero (ties)", A, B))
+    A, B = top2.inputs(64, 64, 8, rng)
+    B[:, 63] = 0.0                        # the last column of C zero
+    cases.append(("M=64 N=64 K=8, last column of C zero", A, B))
+    return cases
+
+
+def collect_fused(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    meta, fns = start_collect(top2.FUSED, source, seed)
+    if fns is None:
+        return meta, {}
+    drv = driver_of(fns["sgemm_top2"])
+    cases = fused_cases(np.random.default_rng(meta["seed"]))
+    meta["cases"], arrays = [], {}
+    with reference_budget(("sgemm-top2-exact",), top2.FUSED,
+                          lambda ref: [top2.fused_keys(ref["sgemm_top2"], A, B) for _, A, B in cases]):
+        for i, (_, A, B) in enumerate(cases):
+            try:
+                k1, k2, C = top2.fused_keys(fns["sgemm_top2"], A, B, keep_c=True)
+            except launch_errors(drv) as e:
+                meta["cases"].append({"failure": launch_failure(drv, e)})
+                break
+            meta["cases"].append({"keys": [k1, k2]})
+            arrays[f"C{i}"] = C
+    return meta, arrays
+
+
+def judge_fused(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    name = "sgemm-top2-exact"
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    lines, ok = [], True
+    cases = fused_cases(np.random.default_rng(seed))
+    ran = list(meta.get("cases", []))
+    for i, (what, A, B) in enumerate(cases):
+        if i >= len(ran):
+            ok = False
+            lines.append(f"{what}: the grading process returned nothing for this shape")
+            break
+        if ran[i].get("failure"):
+            ok = False
+            lines.append(f"{what}: {ran[i]['failure']}")
+            break
+        M, N = A.shape[0], B.shape[1]
+        C = returned_matrix(arrays.get(f"C{i}"), (M, N))
+        if C is None:
+            ok = False
+            lines.append(f"{what}: the grading process returned no C")
+            continue
+        cmp = sgemm.compare(C, A, B)
+        if not cmp.ok:
+            ok = False
+            lines.append(f"{what}: C itself is wrong: {cmp.describe((M, N, A.shape[1]))}")
+            continue
+        keys = _keys(ran[i].get("keys"))
+        problem = compare(keys, C, what) if keys else f"{what}: the grading process returned no keys"
+        if problem:
+            ok = False
+            lines.append(problem)
+    head = (f"C and its two minimums exact on all {len(cases)} shapes" if ok else "wrong") + \
+        f" (random seed {seed})"
+    return CheckResult.make(name, ok, head + ("\n" + "\n".join(lines) if lines else ""),
+                            details={"seed": seed}, output=meta.get("log", ""))
+
+
+def _launch_fused(fns, rng):
+    A, B = top2.inputs(45, 39, 37, rng)
+    k1, k2, _ = top2.fused_keys(fns["sgemm_top2"], A, B)
+    return k1, k2
+
+
+def collect_fused_races(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    return _collect_races(top2.FUSED, source, seed, _launch_fused)
+
+
+def judge_fused_races(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    return _judge_races(meta, "sgemm-top2-races")
+
+
+run_top2 = split_run(collect_top2, judge_top2)
+run_top2_races = split_run(collect_top2_races, judge_top2_races)
+run_fused = split_run(collect_fused, judge_fused)
+run_fused_races = split_run(collect_fused_races, judge_fused_races)
+
+
+def run_host(function, seed: int | None = None) -> CheckResult:
+    """function(A, B) -> ((value, row, col), (value, row, col)), with the minimums found on the GPU."""
+    name = "host-transfers"
+    seed = new_seed() if seed is None else int(seed)
+    rng = np.random.default_rng(seed)
+    drv = drivers()[0]
+    lines, ok = [], True
+    for M, N, K in [(1, 2, 3), (131, 77, 45), (256, 300, 64)]:
+        A, B = top2.inputs(M, N, K, rng)
+        c, _, _ = top2.sgemm_on_device(A, B)
+        C = np.empty((M, N), np.float32)
+        drv.memcpy_dtoh(C, c)
+        c.free()
+        want = top2.reference_top2(C, N)
+        try:
+            with count_dtoh(drv) as t:
+                got = function(A, B)
+        except Exception as e:          # the student's Python: anything it raises is their diagnosis
+            ok = False
+            lines.append(f"M={M} N={N} K={K}: your function raised {type(e).__name__}: {e}")
+            continue
+        try:
+            got = tuple((float(v), int(r), int(cc)) for v, r, cc in got)
+        except (TypeError, ValueError):
+            ok = False
+            lines.append(f"M={M} N={N} K={K}: expected ((value, row, col), (value, row, col)), got {got!r}")
+            continue
+        shape = f"M={M} N={N} K={K}"
+        if t.bytes > HOST_BYTES:
+            ok = False
+            lines.append(f"{shape}: {t.bytes} bytes came back from the device in {t.calls} copies (limit "
+                         f"{HOST_BYTES}: the two keys and a few flags) - the reduction must run on the GPU, "
+                         "not in a loop over C on the host")
+        elif got[0][1:] != want[0][1:] or got[1][1:] != want[1][1:] or len(got) != 2:
+            ok = False
+            lines.append(f"{shape}: expected {_fmt(want[0])} and {_fmt(want[1])}, got {_fmt(got[0])} and "
+                         f"{_fmt(got[1])}")
+        else:
+            lines.append(f"{shape}: right, {t.bytes} bytes from the device")
+    return CheckResult.make(name, ok, ("right, and only the keys came back" if ok else "wrong") +
+                            f" (random seed {seed})\n" + "\n".join(lines), details={"seed": seed})
+
+
+def run_host_source(source: str, seed: int | None = None) -> CheckResult:
+    """run_host on the function HOST_FUNCTION that the submission's text defines."""
+    try:
+        function = student_process.load(source, HOST_FUNCTION)
+    except Exception as e:              # the student's Python, run as a module: anything it raises is theirs
+        return CheckResult.make("host-transfers", False, f"your code does not define {HOST_FUNCTION}(A, B): "
+                                f"{type(e).__name__}: {e}", details={"seed": seed})
+    return run_host(function, seed)

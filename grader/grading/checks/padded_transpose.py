@@ -1,0 +1,276 @@
+"""Lab 4's transpose through a shared tile (solutions/transpose.cu; host
+driver grader.kernels.transpose):
+
+    run_correctness(source, seed)     out = in^T exactly, on shapes that are not square and not multiples of 32
+                                      (single rows and columns among them), out NaN-poisoned inside guard zones
+    run_races(source, seed)           the emulator's race and out-of-bounds analysis, and the same out in
+                                      permuted thread orders (always on the emulator)
+    run_bank_conflicts(source, seed)  the emulator's bank-conflict analysis: a correct transpose through shared
+                                      memory with no conflicting request (graded)
+
+Each kernel check X is collect_X(source, seed), what the kernel did (run in
+the sandboxed grading process), and judge_X(meta, arrays, gpu), the verdict
+(computed in the process that started it, from those outputs and the seed);
+run_X is both in one process, for tests and tools.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from grader.grading.checks import emulator_tools as analysis
+from grader.grading.checks.bank_conflicts_configs import conflict_report
+from grader.grading.checks.common import (
+    GUARD_BITS,
+    did_not_finish,
+    does_not_compile,
+    guard_problems,
+    launch_errors,
+    launch_failure,
+    reference_budget,
+    returned_matrix,
+    split_run,
+    start_collect,
+)
+from grader.grading.report import CheckResult
+from grader.kernels import transpose
+from grader.kernels.sgemm import driver_of, nan_hint, never_written, poisoned
+from grader.kernels.timing import on_gpu
+
+# (rows, cols) of `in`: not square, not multiples of 32 (one of each kind of edge), one row, one column.
+SHAPES = [(1, 1), (1, 45), (45, 1), (33, 65), (100, 37), (31, 97), (257, 130)]
+LARGE_EMULATOR = (192, 320)            # multiples of 32: every tile full
+LARGE_GPU = (3000, 4001)
+RACES_SHAPE = (45, 70)
+CONFLICTS_SHAPE = (64, 96)
+ORDER_SEEDS = (0x5EED1, 0xC0FFEE)
+SHOW = 3
+
+
+def shapes(on_gpu: bool) -> list[tuple[int, int]]:
+    return SHAPES + [LARGE_GPU if on_gpu else LARGE_EMULATOR]
+
+
+def guard_floats(rows: int, cols: int) -> int:
+    """Enough poisoned floats after out for a whole row of tiles written past its end."""
+    return max(4096, 32 * rows + 64)
+
+
+def _inputs(rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
+
+
+def _compare(out: np.ndarray, x: np.ndarray) -> str | None:
+    """None when out is x^T bit for bit, else the count and the first wrong element."""
+    want = transpose.reference(x)
+    bad = want.view(np.uint32) != out.view(np.uint32)
+    if not bad.any():
+        return None
+    r, c = (int(v) for v in np.argwhere(bad)[0])
+    got = out[r, c]
+    return (f"{int(bad.sum())} of {out.size} elements of out wrong; first out[{r}][{c}]: expected in[{c}][{r}] = "
+            f"{want[r, c]:.6g}, got {got:.6g}" + nan_hint(got, "out", "in"))
+
+
+def collect_correctness(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    meta, fns = start_collect(transpose.TRANSPOSE, source, seed)
+    arrays = {}
+    if fns is None:
+        return meta, arrays
+    function = fns["transpose"]
+    drv = driver_of(function)
+    rng = np.random.default_rng(meta["seed"])
+    gpu = on_gpu()
+    xs = [_inputs(rows, cols, rng) for rows, cols in shapes(gpu)]
+
+    def guarded(f, x):
+        return transpose.run_guarded(f, x, guard_floats(*x.shape), GUARD_BITS)
+
+    meta["shapes"] = []
+    with reference_budget(("transpose-correctness",), transpose.TRANSPOSE,
+                          lambda ref: [guarded(ref["transpose"], x) for x in xs]):
+        for i, x in enumerate(xs):
+            try:
+                out, before, after = guarded(function, x)
+            except launch_errors(drv) as e:
+                meta["shapes"].append({"failure": launch_failure(drv, e)})
+                if gpu or did_not_finish(e):
+                    break           # on a GPU the context is gone after a fault; a hang would hang again
+                continue
+            meta["shapes"].append({"failure": None})
+            arrays.update({f"out{i}": out, f"before{i}": before, f"after{i}": after})
+    return meta, arrays
+
+
+def judge_correctness(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    name = "transpose-correctness"
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    rng = np.random.default_rng(seed)
+    ran = list(meta.get("shapes", []))
+    ok, lines = True, []
+    for i, (rows, cols) in enumerate(shapes(gpu)):
+        shape = f"in {rows} x {cols}"
+        x = _inputs(rows, cols, rng)
+        if i >= len(ran):
+            ok = False
+            if any(r.get("failure") for r in ran):
+                break                # the rest was not run after a fault or a hang
+            lines.append(f"{shape}: the grading process returned no result for this shape")
+            continue
+        if ran[i].get("failure"):
+            ok = False
+            lines.append(f"{shape}: {ran[i]['failure']}")
+            continue
+        out = returned_matrix(arrays.get(f"out{i}"), (cols, rows))
+        if out is None:
+            ok = False
+            lines.append(f"{shape}: the grading process returned no out of this shape")
+            continue
+        problems = guard_problems(np.asarray(arrays.get(f"before{i}", [])), np.asarray(arrays.get(f"after{i}", [])),
+                                  rows * cols, "out")
+        wrong = _compare(out, x)
+        problems += [wrong] if wrong else []
+        if problems:
+            ok = False
+            lines.append(f"{shape}: " + "; ".join(problems))
+        else:
+            lines.append(f"{shape}: out ({cols} x {rows}) correct")
+    head = (f"correct on all {len(shapes(gpu))} shapes" if ok else "wrong") + \
+        f" (random seed {seed}; grid ceil(cols / 32) x ceil(rows / 32) blocks of 32 x 32 threads)"
+    return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed},
+                            output=meta.get("log", ""))
+
+
+def _launch(function, x: np.ndarray):
+    """(out, failure reason or None): exact-size buffers, out NaN-poisoned."""
+    drv = driver_of(function)
+    rows, cols = x.shape
+    a = drv.to_device(x)
+    out = poisoned((cols, rows))
+    o = drv.to_device(out)
+    try:
+        transpose.launch_kernel(function, rows, cols, a, o)
+    except launch_errors(drv) as e:
+        return None, launch_failure(drv, e)
+    drv.memcpy_dtoh(out, o)
+    a.free()
+    o.free()
+    return out, None
+
+
+def collect_races(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    meta, fns = start_collect(transpose.TRANSPOSE, source, seed, on_emulator=True)
+    if fns is None:
+        return meta, {}
+    function = fns["transpose"]
+    x = _inputs(*RACES_SHAPE, np.random.default_rng(meta["seed"]))
+    arrays = {}
+
+    def analysed(f):
+        with analysis.thread_order(0), analysis.analysis() as report:
+            return _launch(f, x), report
+
+    with reference_budget(("transpose-races",), transpose.TRANSPOSE, lambda ref: analysed(ref["transpose"]),
+                          on_emulator=True):
+        (out0, meta["failure"]), report = analysed(function)
+        meta["report"] = analysis.report_data(report)
+        meta["orders"] = []
+        if out0 is not None:
+            arrays["out0"] = out0
+            for s in ORDER_SEEDS:
+                with analysis.thread_order(s):
+                    out1, failure = _launch(function, x)
+                meta["orders"].append({"seed": s, "failure": failure})
+                if failure:
+                    break
+                arrays[f"out{s}"] = out1
+    return meta, arrays
+
+
+def judge_races(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    name = "transpose-races"
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    rows, cols = RACES_SHAPE
+    report = analysis.report_from(meta.get("report", {}))
+    failure = meta.get("failure")
+    problems = []
+    if failure:
+        problems.append(f"normal thread order: {failure}")
+    races, oob = list(report.races), list(report.out_of_bounds)
+    if races:
+        problems.append(f"{len(races)} race(s) on shared or global memory - a missing __syncthreads() between "
+                        "the writes to the tile and the reads of its columns? e.g.:\n  "
+                        + "\n  ".join(analysis.describe(r) for r in races[:SHOW]))
+    if oob and not failure:
+        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
+                        + "\n  ".join(analysis.describe(r) for r in oob[:SHOW]))
+    out0 = returned_matrix(arrays.get("out0"), (cols, rows))
+    if out0 is not None:
+        problems += analysis.order_problems(
+            out0, meta.get("orders", []), lambda s: returned_matrix(arrays.get(f"out{s}"), (cols, rows)),
+            len(ORDER_SEEDS), "out", "threads read tile elements that other threads have not written yet: a missing "
+            "__syncthreads()?")
+        if never_written(out0).any():
+            problems.append(f"{int(never_written(out0).sum())} element(s) of out were never written: only a kernel that "
+                            "transposes is credited with being race-free")
+    elif not failure:
+        problems.append("the grading process returned no out")
+    shape = f"in {rows} x {cols}, random seed {seed}"
+    log = meta.get("log", "")
+    if problems:
+        return CheckResult.make(name, False, f"{shape}:\n" + "\n".join(problems), details={"seed": seed}, output=log)
+    return CheckResult.make(name, True, f"{shape}: no races, no out-of-bounds accesses, the same out in "
+                            f"{len(ORDER_SEEDS) + 1} thread orders", details={"seed": seed}, output=log)
+
+
+def collect_bank_conflicts(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    meta, fns = start_collect(transpose.TRANSPOSE, source, seed, on_emulator=True)
+    if fns is None:
+        return meta, {}
+    x = _inputs(*CONFLICTS_SHAPE, np.random.default_rng(meta["seed"]))
+
+    def analysed(f):
+        with analysis.thread_order(0), analysis.analysis() as report:
+            return _launch(f, x), report
+
+    with reference_budget(("transpose-bank-conflicts",), transpose.TRANSPOSE, lambda ref: analysed(ref["transpose"]),
+                          on_emulator=True):
+        (out, meta["failure"]), report = analysed(fns["transpose"])
+    meta["report"] = analysis.report_data(report)
+    return meta, {} if out is None else {"out": out}
+
+
+def judge_bank_conflicts(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    name = "transpose-bank-conflicts"
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    rows, cols = CONFLICTS_SHAPE
+    x = _inputs(rows, cols, np.random.default_rng(seed))
+    shape = f"in {rows} x {cols}"
+    log = meta.get("log", "")
+    if meta.get("failure"):
+        return CheckResult.make(name, False, f"{shape}: {meta['failure']}", details={"seed": seed}, output=log)
+    report = analysis.report_from(meta.get("report", {}))
+    free, text, html, details = conflict_report(report)
+    details["seed"] = seed
+    out = returned_matrix(arrays.get("out"), (cols, rows))
+    wrong = "the grading process returned no out" if out is None else _compare(out, x)
+    sites = {r.op for r in report.bank_conflicts}
+    if wrong:
+        return CheckResult.make(name, False, f"{shape}: {wrong} - only a correct transpose is credited with being "
+                                "free of bank conflicts\n" + text, html=html, details=details, output=log)
+    if not {"ld", "st"} <= sites:
+        never = "stores to" if "st" not in sites else "loads from"
+        return CheckResult.make(name, False, f"{shape}: the kernel never {never} shared memory: this exercise "
+                                "transposes through a shared tile (so that both the reads of in and the writes of "
+                                "out are coalesced)", details=details, output=log)
+    return CheckResult.make(name, free, f"{shape}: " + text, html=html, details=details, output=log)
+
+
+run_correctness = split_run(collect_correctness, judge_correctness)
+run_races = split_run(collect_races, judge_races)
+run_bank_conflicts = split_run(collect_bank_conflicts, judge_bank_conflicts)

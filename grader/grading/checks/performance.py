@@ -1,0 +1,114 @@
+"""GFLOPS of the kernel against cuBLAS SGEMM on the same GPU, same inputs,
+same run (grader.kernels.timing), and the stage's threshold from grader/thresholds.json.
+On the emulator: "not graded: no GPU" - never a pass."""
+from __future__ import annotations
+
+from grader.grading.checks import correctness, thresholds
+from grader.grading.checks.common import new_seed, start_stage_collect
+from grader.grading.report import FAILED, NOT_GRADED, PASSED, CheckResult, png_base64
+from grader.kernels import timing
+from grader.kernels.sgemm import compile_kernel
+from grader.kernels.stages import stage as stage_by_id
+from grader.kernels.timing import on_gpu
+
+NAME = "performance"
+BUDGET_S = 120.0
+
+
+def bar_chart(bars: list[tuple[str, float]], required: float, title: str) -> str:
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(5.0, 0.5 + 0.45 * len(bars)))
+    ax = fig.add_subplot()
+    names = [b[0] for b in bars][::-1]
+    values = [b[1] for b in bars][::-1]
+    colors = ["#1f77b4" if n.startswith("your") else "#999999" for n in names]
+    ax.barh(names, values, color=colors)
+    ax.axvline(required, color="#cf222e", linestyle="--", label=f"needed: {required:.0f}")
+    for y, v in enumerate(values):
+        ax.text(v, y, f" {v:.0f}", va="center", fontsize=8)
+    ax.set_xlabel("GFLOPS")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
+    return png_base64(fig)
+
+
+def run(stage, source: str, seed: int | None = None, table: dict | None = None) -> CheckResult:
+    """The check in one process (tests, tools): judge(collect(...))."""
+    return judge(stage, *collect(stage, source, seed, table), gpu=on_gpu(), table=table)
+
+
+def _measured(m) -> dict:
+    return {"status": m.status, "detail": m.detail, "gflops": m.gflops, "cublas_gflops": m.cublas_gflops}
+
+
+def collect(stage, source: str, seed: int | None = None, table: dict | None = None) -> tuple[dict, dict]:
+    """What was measured, nothing judged: the correctness check's outputs and, when they are right
+    (judged here too, only to skip timing a wrong kernel), the GFLOPS of the kernel, cuBLAS and the
+    previous stage's reference where the threshold asks for it."""
+    if not timing.on_gpu():
+        return {"seed": new_seed() if seed is None else int(seed)}, {}
+    meta, function = start_stage_collect(stage, source, seed)
+    if function is None:
+        return meta, {}
+    seed = meta["seed"]
+    meta["correctness"], arrays = correctness.collect(stage, source, seed)
+    if correctness.judge(stage, meta["correctness"], arrays, gpu=True).status != PASSED:
+        return meta, arrays
+    th = thresholds.for_stage(stage.id, table)
+    M, N, K = th.size
+    w = timing.make_workload(M, N, K, seed=seed, budget_s=BUDGET_S)
+    meta["kernel"] = _measured(timing.measure_sgemm(function, stage.launch(M, N, K), w, budget_s=BUDGET_S))
+    if th.fraction_of_previous is not None and meta["kernel"]["status"] == "ok":
+        prev = stage_by_id(th.previous)
+        meta["previous"] = _measured(timing.measure_sgemm(compile_kernel(prev), prev.launch(M, N, K), w,
+                                                        budget_s=BUDGET_S))
+    return meta, arrays
+
+
+def judge(stage, meta: dict, arrays: dict, gpu: bool, table: dict | None = None) -> CheckResult:
+    """The verdict on collect()'s outputs: correctness first, then the GFLOPS against the stage's threshold."""
+    if not gpu:
+        return CheckResult(NAME, NOT_GRADED, "not graded: no GPU (performance is only measured, and its "
+                           "points only given, when the grader runs on a GPU)", 0.0)
+    seed, log = int(meta["seed"]), meta.get("log", "")
+    if meta.get("compile_error") is not None:
+        return CheckResult.make(NAME, False, f"the kernel does not compile:\n{meta['compile_error']}")
+    if "correctness" not in meta or correctness.judge(stage, dict(meta["correctness"], seed=seed), arrays,
+                                                      gpu=True).status != PASSED:
+        # Fast but wrong is not fast enough: timing alone checks only the timed
+        # shape, which may be a tile multiple where a missing bounds check hides.
+        return CheckResult(NAME, FAILED, "not timed: the kernel must pass the correctness check before its "
+                           "speed counts", 0.0, output=log)
+    th = thresholds.for_stage(stage.id, table)
+    M, N, K = th.size
+    shape = f"M={M} N={N} K={K}"
+    m = meta.get("kernel") or {"status": "missing", "detail": "the grading process returned no measurement"}
+    gflops, cublas = m.get("gflops"), m.get("cublas_gflops")
+    if m.get("status") != "ok" or not isinstance(gflops, (int, float)) or not isinstance(cublas, (int, float)) \
+            or cublas <= 0:
+        return CheckResult(NAME, FAILED, f"{shape}: not timed ({m.get('status')}): {m.get('detail')}", 0.0,
+                           output=log, details={"status": m.get("status")})
+    bars = [("your kernel", gflops), ("cuBLAS", cublas)]
+    if th.fraction_of_previous is not None:
+        pm = meta.get("previous") or {"status": "missing", "detail": "not measured"}
+        if pm.get("status") != "ok" or not isinstance(pm.get("gflops"), (int, float)) or pm["gflops"] <= 0:
+            return CheckResult(NAME, FAILED, f"{shape}: the '{th.previous}' reference kernel could not be timed "
+                               f"({pm.get('status')}: {pm.get('detail')}); ask your instructor", 0.0, output=log)
+        required = th.fraction_of_previous * pm["gflops"]
+        bars.append((f"'{th.previous}' reference", pm["gflops"]))
+    else:
+        required = th.fraction_of_cublas * cublas
+    ratio = gflops / cublas
+    lo = th.partial_credit_from * required
+    if gflops >= required:
+        status, points = PASSED, 1.0
+    else:
+        status = FAILED
+        points = 0.0 if th.partial_credit_from >= 1 else max(0.0, (gflops - lo) / (required - lo))
+    msg = (f"{shape}: {gflops:.0f} GFLOPS = {ratio:.3f} x cuBLAS ({cublas:.0f} GFLOPS, same GPU, "
+           f"same inputs, {m.get('detail')}); needed {th.describe()} = {required:.0f} GFLOPS")
+    if status == FAILED:
+        msg += f"; partial credit {points:.2f} (0 at {lo:.0f} GFLOPS)" if points > 0 else ""
+    return CheckResult(NAME, status, msg, round(points, 3), figure=bar_chart(bars, required, shape),
+                       details={"gflops": gflops, "cublas_gflops": cublas, "ratio": ratio,
+                                "required_gflops": required, "seed": seed}, output=log)

@@ -1,0 +1,236 @@
+"""Lab 8 checks: shortest paths on the grid graph of C (solutions/sssp.cu).
+
+Convention: one vertex per cell of C, edges between 4-neighbours, the edge
+u -> v weighs C[v] (entering v costs C[v]); the source's own cost is not
+counted. Sources: the two minimums of C.
+
+    run_distances(source, seed)  both distance maps against scipy's Dijkstra in float64 (relative
+                                 tolerance RTOL_PER_HOP * (M + N + 2): float32 sums of that many
+                                 positive terms) and converged (one more float32 Bellman-Ford sweep in
+                                 numpy changes nothing)
+    run_path(source, seed)       the path from the first minimum to the second: 4-connected, starts and
+                                 ends at the minimums, its cost (sum of C over every cell but the first)
+                                 equals the reported distance and Dijkstra's
+
+Each kernel check X is collect_X(source, seed), what the kernel did (run in
+the sandboxed grading process), and judge_X(meta, arrays, gpu), the verdict
+(computed in the process that started it, from those outputs and the seed);
+run_X is both in one process, for tests and tools.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from grader.grading.checks.common import (
+    does_not_compile,
+    launch_errors,
+    launch_failure,
+    reference_budget,
+    returned_matrix,
+    split_run,
+    start_collect,
+)
+from grader.grading.report import CheckResult
+from grader.kernels import sgemm, top2
+from grader.kernels.sgemm import driver_of
+from grader.kernels.sssp import SSSP, dijkstra, shortest_paths, sssp_distances, sweep
+from grader.kernels.timing import on_gpu
+from grader.platform.backend import drivers
+
+SHAPES = [(1, 2, 4), (1, 70, 8), (67, 1, 8), (45, 39, 16), (100, 130, 16), (150, 97, 8)]
+RTOL_PER_HOP = 2.0 ** -22
+SHOW = 3
+
+
+def rtol(M: int, N: int) -> float:
+    return RTOL_PER_HOP * (M + N + 2)
+
+
+def compare_map(dist: np.ndarray, C: np.ndarray, source: int, what: str) -> list[str]:
+    M, N = C.shape
+    problems = []
+    ref = dijkstra(C, source)
+    tol = rtol(M, N)
+    bad = ~(np.abs(dist.astype(np.float64) - ref) <= tol * np.maximum(ref, 1e-30) + 1e-30)
+    if bad.any():
+        r, c = np.argwhere(bad)[0]
+        higher = int((dist.astype(np.float64) > ref * (1 + tol) + 1e-30).sum())
+        problems.append(f"{what}: {int(bad.sum())} of {M * N} distances differ from Dijkstra's (relative "
+                        f"tolerance {tol:.2g}); first at row {r}, col {c}: expected {ref[r, c]:.7g}, got "
+                        f"{dist[r, c]:.7g}" + (f"; {higher} too high: the relaxation stopped before it "
+                                               "converged (a sweep too few?)" if higher else "")
+                        + ("" if not np.isnan(dist).any() else "; some are NaN (never written?)"))
+    again = sweep(dist, C)
+    lowered = again < dist
+    if lowered.any():
+        r, c = np.argwhere(lowered)[0]
+        problems.append(f"{what}: not converged: one more Bellman-Ford sweep still lowers {int(lowered.sum())} "
+                        f"cell(s), first row {r}, col {c}: {dist[r, c]:.7g} -> {again[r, c]:.7g} (the host "
+                        "loop or the kernel stopped one sweep early?)")
+    if dist.reshape(-1)[source] != 0:
+        problems.append(f"{what}: the distance at the source is {dist.reshape(-1)[source]:.7g}, not 0 (the "
+                        "source's own cost is not counted)")
+    return problems
+
+
+def _solve(fns, A, B, stop_early: bool):
+    max_rounds = None
+    if stop_early:      # a broken host loop, for the tests: stop one sweep before the last change
+        rounds = shortest_paths(A, B, functions=fns)["rounds"]
+        max_rounds = max(1, max(rounds) - 2)
+    return shortest_paths(A, B, functions=fns, max_rounds=max_rounds)
+
+
+def _reference_c(A, B):
+    drv = drivers()[0]
+    c, M, N = top2.sgemm_on_device(A, B)
+    C = np.empty((M, N), np.float32)
+    drv.memcpy_dtoh(C, c)
+    c.free()
+    return C
+
+
+def _collect(source: str, seed, stop_early: bool = False) -> tuple[dict, dict]:
+    """Each shape's distance maps, path and cost, and the grader's C (its SGEMM on the device)."""
+    meta, fns = start_collect(SSSP, source, seed)
+    if fns is None:
+        return meta, {}
+    rng = np.random.default_rng(meta["seed"])
+    drv = driver_of(fns["sssp_relax"])
+    inputs = [top2.inputs(M, N, K, rng) for M, N, K in SHAPES]
+    meta["shapes"], arrays = [], {}
+    c, M, N = top2.sgemm_on_device(*max(inputs, key=lambda ab: ab[0].shape[0] * ab[1].shape[1]))
+
+    def one_round(ref):               # the budget of one launch: one relaxation round of the largest shape
+        dist, _ = sssp_distances(ref["sssp_relax"], c, M, N, 0, max_rounds=1)
+        dist.free()
+
+    with reference_budget(("sssp",), SSSP, one_round):
+        for i, (A, B) in enumerate(inputs):
+            try:
+                out = _solve(fns, A, B, stop_early)
+            except launch_errors(drv) as e:
+                meta["shapes"].append({"failure": launch_failure(drv, e)})
+                break
+            meta["shapes"].append({"rounds": [int(r) for r in out["rounds"]], "cost": float(out["cost"]),
+                                   "path": [[int(x) for x in p] for p in (out["path"] or [])]})
+            arrays.update({f"C{i}": _reference_c(A, B), f"dist1_{i}": out["dist1"], f"dist2_{i}": out["dist2"]})
+    c.free()
+    return meta, arrays
+
+
+def _judged_shapes(meta: dict, arrays: dict):
+    """(what, C, minimums, collected data, index) per shape that ran, or (what, problem) where it did not."""
+    rng = np.random.default_rng(int(meta["seed"]))
+    ran = list(meta.get("shapes", []))
+    for i, (M, N, K) in enumerate(SHAPES):
+        A, B = top2.inputs(M, N, K, rng)
+        what = f"M={M} N={N} K={K}"
+        if i >= len(ran):
+            yield what, "the grading process returned nothing for this shape"
+            return
+        if ran[i].get("failure"):
+            yield what, ran[i]["failure"]
+            return
+        C = returned_matrix(arrays.get(f"C{i}"), (M, N))
+        if C is None or not sgemm.compare(C, A, B).ok:
+            yield what, "the grading process returned no right C from the reference SGEMM"
+            return
+        yield what, C, top2.reference_top2(C, N), ran[i], i
+
+
+def collect_distances(source: str, seed: int | None = None, stop_early: bool = False) -> tuple[dict, dict]:
+    return _collect(source, seed, stop_early)
+
+
+def judge_distances(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    name = "sssp-distances"
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    lines, ok, rounds = [], True, {}
+    for what, *rest in _judged_shapes(meta, arrays):
+        if len(rest) == 1:
+            ok = False
+            lines.append(f"{what}: {rest[0]}")
+            break
+        C, (m1, m2), data, i = rest
+        N = C.shape[1]
+        problems = []
+        for k, (m, key) in enumerate(((m1, f"dist1_{i}"), (m2, f"dist2_{i}"))):
+            d = returned_matrix(arrays.get(key), C.shape)
+            where = f"{what}, distances from minimum {k + 1} (row {m[1]}, col {m[2]})"
+            problems += [f"{where}: the grading process returned no map"] if d is None else \
+                compare_map(d, C, m[1] * N + m[2], where)
+        rounds[what] = data.get("rounds")
+        if problems:
+            ok = False
+            lines += problems[:SHOW]
+        else:
+            lines.append(f"{what}: both maps right ({data['rounds'][0]} and {data['rounds'][1]} launches)")
+    head = (f"both distance maps match Dijkstra on all {len(SHAPES)} shapes" if ok else "wrong") + \
+        f" (random seed {seed}; float64 Dijkstra, edge u -> v weighs C[v])"
+    return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed, "rounds": rounds},
+                            output=meta.get("log", ""))
+
+
+def run_distances(source: str, seed: int | None = None, stop_early: bool = False) -> CheckResult:
+    return judge_distances(*collect_distances(source, seed, stop_early), gpu=on_gpu())
+
+
+def check_path(path, C: np.ndarray, m1, m2, cost: float, what: str) -> list[str]:
+    M, N = C.shape
+    if not path:
+        return [f"{what}: no path came back (the walk from the target found no predecessor or ran too long)"]
+    cells = [tuple(int(x) for x in p) for p in path]
+    problems = []
+    if cells[0] != (m1[1], m1[2]):
+        problems.append(f"{what}: the path starts at {cells[0]}, not at the first minimum {(m1[1], m1[2])}")
+    if cells[-1] != (m2[1], m2[2]):
+        problems.append(f"{what}: the path ends at {cells[-1]}, not at the second minimum {(m2[1], m2[2])}")
+    for i, (a, b) in enumerate(zip(cells, cells[1:])):
+        if abs(a[0] - b[0]) + abs(a[1] - b[1]) != 1 or not (0 <= b[0] < M and 0 <= b[1] < N):
+            problems.append(f"{what}: step {i} goes from {a} to {b}: not 4-neighbours")
+            break
+    if problems:
+        return problems
+    total = float(sum(float(C[r, c]) for r, c in cells[1:]))
+    ref = float(dijkstra(C, m1[1] * N + m1[2])[m2[1], m2[2]])
+    tol = rtol(M, N)
+    if abs(total - cost) > tol * max(cost, 1e-30):
+        problems.append(f"{what}: the path's cost (sum of C over its cells but the first) is {total:.7g}, the "
+                        f"reported distance is {cost:.7g}")
+    if abs(cost - ref) > tol * max(ref, 1e-30):
+        problems.append(f"{what}: the reported distance {cost:.7g} is not Dijkstra's {ref:.7g}")
+    return problems
+
+
+def collect_path(source: str, seed: int | None = None) -> tuple[dict, dict]:
+    return _collect(source, seed)
+
+
+def judge_path(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+    name = "sssp-path"
+    seed = int(meta["seed"])
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    lines, ok = [], True
+    for what, *rest in _judged_shapes(meta, arrays):
+        if len(rest) == 1:
+            ok = False
+            lines.append(f"{what}: {rest[0]}")
+            break
+        C, (m1, m2), data, _ = rest
+        path = [tuple(p) for p in data.get("path", [])]
+        problems = check_path(path, C, m1, m2, float(data.get("cost", float("nan"))), what)
+        if problems:
+            ok = False
+            lines += problems
+        else:
+            lines.append(f"{what}: a path of {len(path)} cells, cost {float(data['cost']):.7g}")
+    head = (f"the path is right on all {len(SHAPES)} shapes" if ok else "wrong") + f" (random seed {seed})"
+    return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed},
+                            output=meta.get("log", ""))
+
+
+run_path = split_run(collect_path, judge_path)

@@ -1,0 +1,122 @@
+"""Lab 7, the two minimums of C = A B: host drivers for the kernels of
+solutions/top2.cu (a reduction over C) and solutions/sgemm-top2.cu (SGEMM
+with the reduction fused into its epilogue), the numpy reference, and the
+reference host function `minimums(A, B)`.
+
+Conventions (also in the labs): A (M x K) and B (K x N) uniform in [0, 1), so
+C >= 0. A minimum is (value, row, col); the two minimums are the two smallest
+entries of C at distinct positions, ties to the smaller row-major index. A
+key is (float bits << 32) | index: for non-negative floats, keys order like
+(value, index).
+
+Layer: kernels and host drivers (imports the backend, the compiler, stages, sgemm).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from grader.kernels import sgemm
+from grader.kernels.sgemm import driver_of
+from grader.kernels.stages import cdiv, stage
+from grader.platform.compiler import Kernels, compile_kernels
+from grader.platform.devices import multiprocessor_count
+
+TOP2 = Kernels("top2.cu", ("top2",))
+FUSED = Kernels("sgemm-top2.cu", ("sgemm_top2",))
+EMPTY_KEY = (1 << 64) - 1
+TOP2_THREADS = 256
+BLOCKS_PER_SM = 8          # top2's grid: at most this many blocks per multiprocessor of the device
+SGEMM_STAGE = "smem-tiling"
+
+
+def inputs(M: int, N: int, K: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A and B uniform in [0, 1): C = A B is non-negative."""
+    return (rng.random((M, K), dtype=np.float32), rng.random((K, N), dtype=np.float32))
+
+
+def unpack(key: int, N: int) -> tuple[float, int, int]:
+    value = float(np.array([key >> 32], dtype=np.uint32).view(np.float32)[0])
+    index = key & 0xFFFFFFFF
+    return value, index // N, index % N
+
+
+def reference_top2(x: np.ndarray, N: int) -> tuple[tuple[float, int, int], tuple[float, int, int]]:
+    """numpy: the two smallest entries at distinct positions, ties to the smaller index."""
+    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    i1 = int(np.argmin(flat))                     # argmin: the first of equal values
+    cands = []
+    if i1 > 0:
+        cands.append(int(np.argmin(flat[:i1])))
+    if i1 + 1 < flat.size:
+        cands.append(i1 + 1 + int(np.argmin(flat[i1 + 1:])))
+    i2 = min(cands, key=lambda i: (flat[i], i))
+    return tuple((float(flat[i]), i // N, i % N) for i in (i1, i2))
+
+
+def top2_blocks(n: int, sms: int | None = None) -> int:
+    """Blocks of TOP2_THREADS threads, 4 floats each, for n floats; at most
+    BLOCKS_PER_SM per multiprocessor (grid-stride loops do the rest)."""
+    sms = sms if sms is not None else multiprocessor_count()
+    return max(1, min(cdiv(max(n, 1), 4 * TOP2_THREADS), sms * BLOCKS_PER_SM))
+
+
+def top2_keys(function, x_ptr, n: int, blocks: int | None = None) -> tuple[int, int]:
+    """Launch the top2 kernel on n floats at x_ptr; read back the two keys (16 bytes)."""
+    drv = driver_of(function)
+    out = drv.to_device(np.full(2, EMPTY_KEY, dtype=np.uint64))
+    blocks = blocks or top2_blocks(n, multiprocessor_count(drv.Context.get_device()))
+    function(x_ptr, np.int32(n), out, grid=(blocks, 1, 1), block=(TOP2_THREADS, 1, 1))
+    keys = np.empty(2, dtype=np.uint64)
+    drv.memcpy_dtoh(keys, out)
+    out.free()
+    return int(keys[0]), int(keys[1])
+
+
+def sgemm_on_device(A: np.ndarray, B: np.ndarray, stage_id: str = SGEMM_STAGE, function=None):
+    """C = A B with a reference SGEMM stage; C stays on the device: (c allocation, M, N)."""
+    st = stage(stage_id)
+    function = function or compile_kernels(st.source(), [st.kernel], st.options())[0][st.kernel]
+    drv = driver_of(function)
+    M, K = A.shape
+    N = B.shape[1]
+    a = drv.to_device(np.ascontiguousarray(A, dtype=np.float32))
+    b = drv.to_device(np.ascontiguousarray(B, dtype=np.float32))
+    c = drv.mem_alloc(4 * M * N)
+    launch = st.launch(M, N, K)
+    sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
+    drv.Context.synchronize()
+    a.free()
+    b.free()
+    return c, M, N
+
+
+def minimums(A: np.ndarray, B: np.ndarray, top2_function=None):
+    """The reference host function of lab 7: SGEMM on the GPU, then top2 on the
+    GPU; only 16 bytes come back. ((value, row, col), (value, row, col))."""
+    top2_function = top2_function or TOP2.compile()[0]["top2"]
+    c, M, N = sgemm_on_device(A, B)
+    k1, k2 = top2_keys(top2_function, c, M * N)
+    c.free()
+    return unpack(k1, N), unpack(k2, N)
+
+
+def fused_keys(function, A: np.ndarray, B: np.ndarray, keep_c: bool = False):
+    """The fused kernel: (k1, k2, C or None)."""
+    drv = driver_of(function)
+    M, K = A.shape
+    N = B.shape[1]
+    a = drv.to_device(np.ascontiguousarray(A, dtype=np.float32))
+    b = drv.to_device(np.ascontiguousarray(B, dtype=np.float32))
+    c = drv.to_device(np.full(M * N, np.nan, dtype=np.float32))
+    out = drv.to_device(np.full(2, EMPTY_KEY, dtype=np.uint64))
+    function(np.int32(M), np.int32(N), np.int32(K), a, b, c, out,
+             grid=(cdiv(N, 32), cdiv(M, 32), 1), block=(32, 32, 1))
+    keys = np.empty(2, dtype=np.uint64)
+    drv.memcpy_dtoh(keys, out)
+    C = None
+    if keep_c:
+        C = np.empty((M, N), dtype=np.float32)
+        drv.memcpy_dtoh(C, c)
+    for x in (a, b, c, out):
+        x.free()
+    return int(keys[0]), int(keys[1]), C

@@ -1,0 +1,67 @@
+"""python -m grader.programs.autograde_labs [--labs 00-pycuda-by-hand,...] [--out DIR]
+
+Every lab's reference submission (its source notebook) through nbgrader's own
+generate_assignment and autograde, in a scratch course: the score against the
+lab's total, the cells that lost points, and the seconds autograde took. On a
+GPU the reference must get every point, performance included; without one,
+every point but performance (README, "Grading")."""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from grader.course.student import LABS, labs, scratch_course
+from grader.platform.backend import current
+from grader.programs.recorded_command import recorded_command
+
+
+def autograde_reference(lab: str) -> dict:
+    """{lab, score, max, seconds, lost: {cell: (score, max)}} for the lab's reference."""
+    from nbgrader.api import Gradebook
+    with scratch_course(lab) as (course, api):
+        result = api.generate_assignment(lab, force=True)
+        if not result["success"]:
+            raise RuntimeError(f"{lab}: generate_assignment failed:\n{result.get('error') or result.get('log')}")
+        submitted = course / "submitted" / "reference" / lab
+        submitted.mkdir(parents=True)
+        for nb in (LABS / lab).glob("*.ipynb"):
+            shutil.copy(nb, submitted / nb.name)
+        t0 = time.perf_counter()
+        result = api.autograde(lab, "reference", force=True)
+        seconds = time.perf_counter() - t0
+        if not result["success"]:
+            raise RuntimeError(f"{lab}: autograde failed:\n{result.get('error') or result.get('log')}")
+        with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
+            sub = gb.find_submission(lab, "reference")
+            lost = {g.name: (g.score, g.max_score) for nb in sub.notebooks for g in nb.grades
+                    if g.score < g.max_score}
+            return {"lab": lab, "score": sub.score, "max": sub.max_score, "seconds": seconds, "lost": lost}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grader.programs.autograde_labs", description=__doc__.split("\n\n")[0])
+    p.add_argument("--labs", default="", help="lab folders, comma-separated (default: all)")
+    p.add_argument("--out", default=None, help="write autograde-labs.md there")
+    args = p.parse_args(argv)
+    chosen = [x for x in args.labs.split(",") if x] or labs()
+    rows = ["| lab | score | autograde seconds | cells that lost points |", "|---|---|---|---|"]
+    for lab in chosen:
+        r = autograde_reference(lab)
+        lost = ", ".join(f"{name} {s:g}/{m:g}" for name, (s, m) in sorted(r["lost"].items())) or "none"
+        rows.append(f"| {lab} | {r['score']:g} / {r['max']:g} | {r['seconds']:.1f} | {lost} |")
+        print(rows[-1], flush=True)
+    command = recorded_command("grader.programs.autograde_labs", sys.argv[1:] if argv is None else argv)
+    text = (f"# Autograde of every lab's reference submission\n\nCommand: `{command}`\n\n"
+            f"Backend: {current()}.\n\n" + "\n".join(rows) + "\n")
+    print(text)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "autograde-labs.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

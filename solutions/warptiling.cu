@@ -11,7 +11,7 @@
 // Bs as float4. A quarter-warp (8 lanes) covers 8/LC rows by LC columns of
 // lanes (LC = WSUBN/TN): for the default configuration (LC = 8, TM = 8, TN = 4)
 // its 8 lanes read one float4 of As (a broadcast) and 8 consecutive float4 of
-// Bs: no bank conflicts. grader/autotune.py checks this for every
+// Bs: no bank conflicts. The autotuner (python -m grader autotune) checks this for every
 // configuration it tries.
 // Loads: the double-buffering stage staged the next tile in registers; here
 // the hardware copies B's tiles from global straight into shared memory

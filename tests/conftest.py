@@ -30,3 +30,12 @@ def rng():
     seed = np.random.SeedSequence().entropy % 2**32
     print(f"random seed {seed}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture
+def grader_settings():
+    """change(**fields): this process's grader settings with those fields changed, for one test."""
+    from grader.platform import settings
+    saved = settings.current()
+    yield lambda **changes: settings.use(saved.with_(**changes))
+    settings.use(saved)

@@ -1,4 +1,4 @@
-"""The calibration rule of grader/thresholds.json: each stage's threshold is
+"""The calibration rule of grader/grading/checks/thresholds.json: each stage's threshold is
 at most 1/1.3 of its reference kernel's ratio on the H200 (recorded in
 results/nvidia-h200/bench.json), so that a correct kernel of the stage has
 headroom; and bench.json records every default shape side by side."""

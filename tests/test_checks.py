@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 import grader
-from grader.grading import registry
 from grader.grading.checks import correctness, thresholds
 from grader.grading.isolation import run_check
-from grader.grading.report import FAILED, NOT_GRADED, PASSED, CheckReport, CheckResult
+from grader.grading.registry import run_here
+from grader.grading.report import FAILED, GRADER_ERROR, NOT_GRADED, PASSED, CheckReport, CheckResult
 from grader.kernels.stages import Stage, stage
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,7 +37,7 @@ TRANSPOSED = variant("sum += As[ty][k] * Bs[k][tx];", "sum += As[k][ty] * Bs[k][
 
 
 def run(name: str, source: str, stage_id: str = "smem-tiling") -> CheckResult:
-    return registry.get(stage_id).check(name).run(source, 1234)
+    return run_here(stage_id, name, source, 1234)
 
 
 # ---- correctness -------------------------------------------------------------------------
@@ -110,9 +110,9 @@ def test_bank_conflicts_information_only_where_not_required():
 def test_bank_conflicts_fail_a_stage_that_must_be_conflict_free():
     from grader.grading.checks import bank_conflicts
     s = _conflict_free_tiled()
-    ok = bank_conflicts.run(s, TILED)
+    ok = run_here(s, bank_conflicts.CHECK, TILED)
     assert ok.status == PASSED, ok.message
-    bad = bank_conflicts.run(s, TRANSPOSED)
+    bad = run_here(s, bank_conflicts.CHECK, TRANSPOSED)
     assert bad.status == FAILED and bad.points == 0
     assert "32-way" in bad.message and "line 22" in bad.message and "bank" in bad.message
     assert "lane" in bad.message       # the picture
@@ -126,7 +126,7 @@ def test_performance_not_graded_without_gpu():
     assert CheckReport("smem-tiling", [r]).points("performance", 2) == 0.0
 
 
-def test_thresholds_table_and_overrides(tmp_path, monkeypatch):
+def test_thresholds_table_and_overrides(tmp_path, grader_settings):
     t = thresholds.load()
     assert set(t["stages"]) == {s.id for s in __import__("grader.kernels.stages", fromlist=["STAGES"]).STAGES}
     assert thresholds.for_stage("naive").fraction_of_cublas == 0.007
@@ -135,7 +135,7 @@ def test_thresholds_table_and_overrides(tmp_path, monkeypatch):
     assert db.fraction_of_previous == 0.88 and db.previous == "vectorized" and db.fraction_of_cublas is None
     over = tmp_path / "over.json"
     over.write_text(json.dumps({"stages": {"naive": {"min_fraction_of_cublas": 0.01, "size": [1024, 512, 256]}}}))
-    monkeypatch.setenv("GRADER_THRESHOLDS", str(over))
+    grader_settings(thresholds=str(over))
     t = thresholds.for_stage("naive")
     assert t.fraction_of_cublas == 0.01 and t.size == (1024, 512, 256)
     assert thresholds.for_stage("coalesced").fraction_of_cublas == 0.06          # untouched
@@ -153,16 +153,32 @@ def test_isolation_reports_a_hang_and_goes_on():
     assert r2.status == PASSED
 
 
-def test_isolation_reports_a_crash(tmp_path, monkeypatch):
-    """A grading process that dies (here: a stand-in that segfaults itself) is a failed check."""
+def test_a_grading_process_that_dies_after_starting_fails_the_check(tmp_path, monkeypatch):
+    """A grading process that dies while it runs the submission (here: a stand-in that says it has
+    started, then segfaults itself) is a failed check, with what it printed."""
     import sys
     fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\necho about to crash\nkill -SEGV $$\n")
+    fake.write_text("#!/bin/sh\nread -r job\nfd=$(printf '%s' \"$job\" | sed 's/.*\"result_fd\": \\([0-9]*\\).*/\\1/')\n"
+                    "printf S > /dev/fd/$fd\necho about to crash\nkill -SEGV $$\n")
     fake.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(fake))
     r = run_check("naive", "correctness", NAIVE, seed=1, timeout=60)
     assert r.status == FAILED and r.points == 0
     assert "SIGSEGV" in r.message and "about to crash" in r.output, r
+
+
+def test_a_grading_process_that_cannot_start_is_a_grader_error(tmp_path, monkeypatch):
+    """One that dies before it has started (it cannot import what it needs) is the grader's failure,
+    never the kernel's, and scores nothing."""
+    import sys
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'pycuda'\"\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake))
+    r = run_check("naive", "correctness", NAIVE, seed=1, timeout=60)
+    assert r.status == GRADER_ERROR and r.points == 0 and r.fraction == 0
+    assert "could not start" in r.message and "No module named 'pycuda'" in r.message, r.message
+    assert "not your code's fault" in r.message and "crashed" not in r.message
 
 
 def test_check_writes_nothing_to_stderr_and_renders(capfd):

@@ -13,6 +13,7 @@ import pytest
 from grader.emulator import analysis as emu_analysis
 from grader.grading import registry
 from grader.grading.checks import coalescing
+from grader.grading.registry import run_here
 from grader.grading.report import FAILED, NOT_GRADED, PASSED
 from grader.kernels import sgemm, stages
 
@@ -107,14 +108,14 @@ def test_registered_for_lab_1_only():
 
 
 def test_check_passes_the_coalesced_kernel():
-    r = coalescing.run(stages.stage("coalesced"), COALESCED)
+    r = run_here(stages.stage("coalesced"), coalescing.CHECK, COALESCED)
     assert r.status == PASSED and r.points == 1.0, r.message
     assert "load from B: 4 sectors per warp request" in r.message
     assert "load from A: 1 sector per warp request" in r.message and "uncoalesced" not in r.message
 
 
 def test_check_fails_the_naive_index_order():
-    r = coalescing.run(stages.stage("coalesced"), NAIVE_ORDER)
+    r = run_here(stages.stage("coalesced"), coalescing.CHECK, NAIVE_ORDER)
     assert r.status == FAILED and r.points == 0.0
     assert "line 11, load from A: 32 sectors per warp request" in r.message, r.message
     assert "store to C: 32 sectors per warp request" in r.message
@@ -124,22 +125,22 @@ def test_check_fails_the_naive_index_order():
 
 
 def test_check_reports_but_does_not_grade_the_naive_stage():
-    r = coalescing.run(stages.stage("naive"), NAIVE)
+    r = run_here(stages.stage("naive"), coalescing.CHECK, NAIVE)
     assert r.status == NOT_GRADED and "information only" in r.message
     assert "load from A: 32 sectors per warp request" in r.message
 
 
 def test_check_credits_only_a_kernel_that_computes_c():
     empty = COALESCED.split("{", 1)[0] + "{\n}\n"
-    r = coalescing.run(stages.stage("coalesced"), empty)
+    r = run_here(stages.stage("coalesced"), coalescing.CHECK, empty)
     assert r.status == FAILED and "no global memory" in r.message
     wrong = COALESCED.replace("C[row * N + col] = sum;", "C[row * N + col] = 2.0f * sum;")
-    r = coalescing.run(stages.stage("coalesced"), wrong)
+    r = run_here(stages.stage("coalesced"), coalescing.CHECK, wrong)
     assert r.status == FAILED and "but C is wrong" in r.message
 
 
 def test_check_reports_a_compile_error():
-    r = coalescing.run(stages.stage("coalesced"), COALESCED.replace("float sum", "flot sum"))
+    r = run_here(stages.stage("coalesced"), coalescing.CHECK, COALESCED.replace("float sum", "flot sum"))
     assert r.status == FAILED and "does not compile" in r.message
 
 

@@ -31,11 +31,11 @@ def _with_error_on_line(source: str, marker: str) -> tuple[str, int]:
 
 
 @pytest.mark.parametrize("compiler", ["nvcc where it is on PATH", "g++ only"])
-def test_compile_error_one_format_student_line_said_once(compiler, monkeypatch):
+def test_compile_error_one_format_student_line_said_once(compiler, grader_settings):
     if compiler == "g++ only":
-        monkeypatch.setenv("GRADER_EMULATOR_NVCC", "0")
+        grader_settings(emulator_nvcc=False)
     source, line = _with_error_on_line(NAIVE, "float sum = 0.0f;")
-    r = registry.get("naive").check("compiles").run(source, 1)
+    r = registry.run_here("naive", "compiles", source, 1)
     assert not r.passed
     assert f"kernel.cu:{line}: error:" in r.message, r.message
     assert "kernel.cu(" not in r.message and f"kernel.cu:{line}:" in r.message
@@ -82,7 +82,7 @@ def test_grade_answer_never_shows_the_expected_value(capsys):
 # ---- host functions ----------------------------------------------------------------------------
 CELL = '''
 import numpy as np
-from grader import top2
+from grader.kernels import top2
 
 def helper(c, n):
     return top2.top2_keys(SourceModule(TOP2_SOURCE).get_function("top2"), c, n)

@@ -7,6 +7,7 @@ import pytest
 
 from grader.grading import registry
 from grader.grading.checks import alignment, bank_conflicts
+from grader.grading.registry import run_here
 from grader.kernels.stages import stage
 
 VEC, DB = stage("vectorized"), stage("double-buffering")
@@ -38,14 +39,14 @@ def test_the_cases_cover_tails_and_offset_views():
 
 @pytest.mark.parametrize("st", [VEC, DB], ids=lambda s: s.id)
 def test_alignment_passes_the_references(st):
-    r = alignment.run(st, st.source(), seed=3)
+    r = run_here(st, alignment.CHECK, st.source(), 3)
     assert r.passed, r.message
     assert r.message.startswith(f"correct in all {len(alignment.CASES)} cases")
     assert "fallback" not in r.message
 
 
 def test_alignment_fails_a_float4_path_without_fallback():
-    r = alignment.run(VEC, variant(VEC, "true"), seed=3)
+    r = run_here(VEC, alignment.CHECK, variant(VEC, "true"), 3)
     assert not r.passed
     lines = case_lines(r.message)
     assert lines["M=67 N=68 K=28, A, B, C 16-byte aligned"].endswith(": correct")     # the float4 path itself
@@ -57,7 +58,7 @@ def test_alignment_fails_a_float4_path_without_fallback():
 
 
 def test_alignment_names_each_misaligned_pointer():
-    r = alignment.run(VEC, variant(VEC, "((K | N) & 3) == 0"), seed=3)        # shapes tested, pointers not
+    r = run_here(VEC, alignment.CHECK, variant(VEC, "((K | N) & 3) == 0"), 3)        # shapes tested, pointers not
     assert not r.passed
     lines = case_lines(r.message)
     for pointer, op in (("A", "read"), ("B", "read"), ("C", "write")):
@@ -73,14 +74,14 @@ def test_alignment_names_each_misaligned_pointer():
 def test_alignment_catches_a_forgotten_c_in_double_buffering():
     only_ab = ("((K | N) & 3) == 0 && ((reinterpret_cast<unsigned long long>(A) | "
                "reinterpret_cast<unsigned long long>(B)) & 15) == 0")
-    r = alignment.run(DB, variant(DB, only_ab), seed=3)
+    r = run_here(DB, alignment.CHECK, variant(DB, only_ab), 3)
     assert not r.passed
     wrong = [ln for ln in r.message.splitlines()[1:] if not ln.endswith(": correct") and "fallback" not in ln]
     assert len(wrong) == 1 and "misaligned 16-byte write of C" in wrong[0], r.message
 
 
 def test_alignment_reports_a_kernel_that_does_not_compile():
-    r = alignment.run(VEC, VEC.source().replace("const bool vec", "const bool vec vec"), seed=3)
+    r = run_here(VEC, alignment.CHECK, VEC.source().replace("const bool vec", "const bool vec vec"), 3)
     assert not r.passed and "does not compile" in r.message
 
 
@@ -88,17 +89,17 @@ def test_bank_conflicts_need_a_kernel_that_computes_c():
     empty = VEC.source()
     start = empty.index("    // float4 path: every row")
     end = empty.rindex("}")
-    r = bank_conflicts.run(VEC, empty[:start] + empty[end:], seed=None)
+    r = run_here(VEC, bank_conflicts.CHECK, empty[:start] + empty[end:], None)
     assert not r.passed
     assert "0 load and 0 store bank conflicts" in r.message
     assert "only a kernel that computes C is credited" in r.message
-    assert bank_conflicts.run(VEC, VEC.source(), seed=None).passed
+    assert run_here(VEC, bank_conflicts.CHECK, VEC.source(), None).passed
 
 
 def test_registration():
     for st in (VEC, DB):
         ex = registry.get(st.id)
         assert ex.check_names == ["compiles", "correctness", "alignment", "races", "bank-conflicts", "performance"]
-        assert ex.check("alignment").run.func is alignment.run and ex.check("alignment").run.args == (st,)
-        assert ex.check("bank-conflicts").run.func is bank_conflicts.run
+        assert ex.check("alignment") is alignment.CHECK and ex.stage == st
+        assert ex.check("bank-conflicts") is bank_conflicts.CHECK
     assert "alignment" not in registry.get("bank-conflict-free").check_names

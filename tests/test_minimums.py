@@ -8,6 +8,7 @@ import pytest
 
 import grader
 from grader.grading.checks import minimums as checks
+from grader.grading.registry import run_here
 from grader.kernels import top2
 from grader.platform.backend import drivers
 
@@ -30,27 +31,27 @@ def test_reference_top2_numpy():
     assert top2.unpack((int(np.float32(0.5).view(np.uint32)) << 32) | 5, 3) == (0.5, 1, 2)
 
 
-@pytest.mark.parametrize("run", [checks.run_top2, checks.run_top2_races], ids=["exact", "races"])
-def test_top2_reference_passes(run):
-    r = run(TOP2, 7)
+@pytest.mark.parametrize("check", ["top2-exact", "top2-races"])
+def test_top2_reference_passes(check):
+    r = run_here("top2", check, TOP2, 7)
     assert r.passed, r.text()
 
 
-@pytest.mark.parametrize("run", [checks.run_fused, checks.run_fused_races], ids=["exact", "races"])
-def test_fused_reference_passes(run):
-    r = run(FUSED, 7)
+@pytest.mark.parametrize("check", ["sgemm-top2-exact", "sgemm-top2-races"])
+def test_fused_reference_passes(check):
+    r = run_here("sgemm-top2", check, FUSED, 7)
     assert r.passed, r.text()
 
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
 def test_missing_barrier_fails():
-    r = checks.run_top2_races(NO_BARRIER, 3)
+    r = run_here("top2", "top2-races", NO_BARRIER, 3)
     assert not r.passed
     assert "race" in r.message and "__syncthreads()" in r.message, r.message
 
 
 def test_same_cell_twice_fails():
-    r = checks.run_top2(SAME_CELL_TWICE, 3)
+    r = run_here("top2", "top2-exact", SAME_CELL_TWICE, 3)
     assert not r.passed
     assert "the same cell twice" in r.message, r.message
 
@@ -71,7 +72,7 @@ def test_host_function_passes_and_host_loop_fails():
 
 
 def test_compile_error_is_a_failed_check():
-    r = checks.run_top2(TOP2.replace("insert(make_key(v.x", "insrt(make_key(v.x"), 1)
+    r = run_here("top2", "top2-exact", TOP2.replace("insert(make_key(v.x", "insrt(make_key(v.x"), 1)
     assert not r.passed and "does not compile" in r.message
 
 

@@ -2,10 +2,14 @@
 check; an SSSP that stops one sweep early fails with the expected message."""
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 import grader
 from grader.grading.checks import shortest_paths as checks
+from grader.grading.protocol import Check
+from grader.grading.registry import run_here
 from grader.kernels import sssp, top2
 from grader.kernels.transfers import count_dtoh
 
@@ -19,24 +23,25 @@ def test_dijkstra_convention():
 
 
 def test_distances_pass():
-    r = checks.run_distances(SSSP, 7)
+    r = run_here("sssp", "sssp-distances", SSSP, 7)
     assert r.passed, r.text()
 
 
 def test_path_passes():
-    r = checks.run_path(SSSP, 7)
+    r = run_here("sssp", "sssp-path", SSSP, 7)
     assert r.passed, r.text()
 
 
 def test_stopping_one_sweep_early_fails():
-    r = checks.run_distances(SSSP, 7, stop_early=True)
+    early = Check("sssp-distances", partial(checks.collect_distances, stop_early=True), checks.judge_distances)
+    r = run_here("sssp", early, SSSP, 7)
     assert not r.passed
     assert "not converged: one more Bellman-Ford sweep still lowers" in r.message, r.message
 
 
 def test_broken_path_fails():
     wrong_start = SSSP.replace("int v = target, len = 0;", "int v = target, len = 0; source = target;")
-    r = checks.run_path(wrong_start, 7)
+    r = run_here("sssp", "sssp-path", wrong_start, 7)
     assert not r.passed and "not at the first minimum" in r.message, r.message
 
 

@@ -17,6 +17,7 @@ from grader.emulator.analysis import bank_wavefronts
 from grader.grading import registry
 from grader.grading.checks import bank_conflicts_configs
 from grader.grading.checks import padded_transpose as checks
+from grader.grading.registry import run_here
 from grader.grading.report import FAILED, PASSED
 from grader.kernels import transpose
 from grader.kernels.stages import stage
@@ -53,10 +54,13 @@ def test_launch_covers_in_with_32x32_tiles():
     assert lc.grid == (3, 2, 1) and lc.block == (32, 32, 1)
 
 
+TRANSPOSE_CHECKS = ("transpose-correctness", "transpose-races", "transpose-bank-conflicts")
+
+
 # ---- the transpose checks ------------------------------------------------------------------------------------
 def test_the_reference_passes_every_transpose_check():
-    for run in (checks.run_correctness, checks.run_races, checks.run_bank_conflicts):
-        r = run(TRANSPOSE, 1)
+    for check in TRANSPOSE_CHECKS:
+        r = run_here("transpose", check, TRANSPOSE, 1)
         assert r.status == PASSED, r.text()
 
 
@@ -67,24 +71,24 @@ def test_shapes_are_not_square_nor_tile_multiples():
 
 
 def test_correctness_fails_a_missing_bounds_check_and_a_wrong_index():
-    r = checks.run_correctness(NO_OUT_BOUNDS, 1)
+    r = run_here("transpose", "transpose-correctness", NO_OUT_BOUNDS, 1)
     assert r.status == FAILED and "wrote outside out" in r.message and "missing bounds check" in r.message, r.text()
-    r = checks.run_correctness(SWAPPED, 1)
+    r = run_here("transpose", "transpose-correctness", SWAPPED, 1)
     assert r.status == FAILED and "elements of out wrong; first out[" in r.message, r.text()
 
 
 def test_races_fails_a_missing_syncthreads():
-    r = checks.run_races(NOSYNC, 1)
+    r = run_here("transpose", "transpose-races", NOSYNC, 1)
     assert r.status == FAILED and "shared-memory race" in r.message and "__syncthreads()" in r.message, r.text()
-    r = checks.run_correctness(NOSYNC, 1)
+    r = run_here("transpose", "transpose-correctness", NOSYNC, 1)
     assert r.status == FAILED, r.text()
     if ON_EMULATOR:           # threads run one after another there: the tile is read before it is written
         assert "shared memory read before it is written" in r.message and "never written" not in r.message, r.text()
 
 
 def test_bank_conflicts_fails_a_32x32_tile_with_line_and_ways():
-    assert checks.run_correctness(TILE32, 1).status == PASSED
-    r = checks.run_bank_conflicts(TILE32, 1)
+    assert run_here("transpose", "transpose-correctness", TILE32, 1).status == PASSED
+    r = run_here("transpose", "transpose-bank-conflicts", TILE32, 1)
     line = next(i for i, ln in enumerate(TILE32.splitlines(), 1) if "= tile[tx][ty];" in ln)
     assert r.status == FAILED, r.text()
     assert f"line {line} (load): 32-way bank conflict" in r.message, r.text()
@@ -92,19 +96,19 @@ def test_bank_conflicts_fails_a_32x32_tile_with_line_and_ways():
 
 
 def test_bank_conflicts_credits_only_a_correct_transpose_through_shared_memory():
-    r = checks.run_bank_conflicts(DIRECT, 1)
+    r = run_here("transpose", "transpose-bank-conflicts", DIRECT, 1)
     assert r.status == FAILED and "never loads from shared memory" in r.message, r.text()
-    r = checks.run_bank_conflicts(NOSYNC, 1)
+    r = run_here("transpose", "transpose-bank-conflicts", NOSYNC, 1)
     assert r.status == FAILED and "only a correct transpose is credited" in r.message, r.text()
     blank = TRANSPOSE[:TRANSPOSE.index("{\n") + 2] + "    // YOUR CODE HERE\n}\n"
-    for run in (checks.run_correctness, checks.run_races, checks.run_bank_conflicts):
-        assert run(blank, 1).status == FAILED
+    for check in TRANSPOSE_CHECKS:
+        assert run_here("transpose", check, blank, 1).status == FAILED
 
 
 def test_a_source_that_does_not_compile_fails_every_check_saying_so():
     bad = variant(TRANSPOSE, "__syncthreads();", "__syncthreads()")
-    for run in (checks.run_correctness, checks.run_races, checks.run_bank_conflicts):
-        r = run(bad, 1)
+    for check in TRANSPOSE_CHECKS:
+        r = run_here("transpose", check, bad, 1)
         assert r.status == FAILED and "does not compile" in r.message and "kernel.cu:" in r.message, r.text()
 
 
@@ -118,13 +122,12 @@ def test_the_exercise_grades_the_padding_under_other_configurations_before_perfo
 
 def test_an_empty_kernel_earns_no_conflict_points():
     """No shared memory, no conflicts: the stage's bank-conflicts check credits only a kernel that computes C."""
-    check = registry.get("bank-conflict-free").check("bank-conflicts")
     body = PADDED.index("    static_assert(BM % 32")
     empty = PADDED[:body] + "}\n"
-    r = check.run(empty, 1)
+    r = run_here("bank-conflict-free", "bank-conflicts", empty, 1)
     assert r.status == FAILED and "only a kernel that computes C is credited" in r.message, r.text()
-    assert check.run(PADDED, 1).status == PASSED
-    assert bank_conflicts_configs.run(BCF, empty, 1).status == FAILED
+    assert run_here("bank-conflict-free", "bank-conflicts", PADDED, 1).status == PASSED
+    assert run_here(BCF, bank_conflicts_configs.CHECK, empty, 1).status == FAILED
 
 
 def test_configs_differ_from_the_stage_in_every_tile_parameter_that_padding_can_depend_on():
@@ -137,7 +140,7 @@ def test_configs_differ_from_the_stage_in_every_tile_parameter_that_padding_can_
 
 
 def test_configs_pass_the_reference():
-    r = bank_conflicts_configs.run(BCF, PADDED, 1)
+    r = run_here(BCF, bank_conflicts_configs.CHECK, PADDED, 1)
     assert r.status == PASSED, r.text()
     assert r.message.count("C correct") == 2 * len(bank_conflicts_configs.configs(BCF))
 
@@ -149,7 +152,7 @@ def test_configs_pass_the_reference():
 ])
 def test_configs_fail_a_padding_tuned_to_one_shape(stride, expect):
     source = variant(PADDED, PAD_DEFINE, f"#define AS_STRIDE {stride}")
-    r = bank_conflicts_configs.run(BCF, source, 1)
+    r = run_here(BCF, bank_conflicts_configs.CHECK, source, 1)
     assert r.status == FAILED and expect in r.message, r.text()
 
 
@@ -157,7 +160,7 @@ def test_a_padding_tuned_to_one_shape_passes_the_stage_check_alone():
     """Why the configurations are needed: 128 + 4 written as a number passes the stage's own check."""
     from grader.grading.checks import bank_conflicts
     source = variant(PADDED, PAD_DEFINE, "#define AS_STRIDE 132")
-    assert bank_conflicts.run(BCF, source, 1).status == PASSED
+    assert run_here(BCF, bank_conflicts.CHECK, source, 1).status == PASSED
 
 
 # ---- the questions' expected answers, from the bank rule -----------------------------------------------------

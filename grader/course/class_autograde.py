@@ -23,8 +23,6 @@ loses no grade already merged, and the next run grades the rest.
 
 At the end: per-submission time, GPU seconds, the slowest, the failures, also
 as CSV (COURSE_DIR/class-autograde/ASSIGNMENT/summary.csv unless --csv).
-
-Layer: CLI and programs (nbgrader: the "instructor" extra).
 """
 from __future__ import annotations
 

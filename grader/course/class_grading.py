@@ -17,8 +17,6 @@ what is left of an attempt is found by that mark and killed.
 
 `python -m grader.course.class_grading MANIFEST INDEX` grades job INDEX of a
 manifest (a Slurm array task, grader.course.slurm_array).
-
-Layer: CLI and programs (nbgrader, psutil: the "instructor" extra).
 """
 from __future__ import annotations
 

@@ -2,8 +2,6 @@
 submitted notebooks of an assignment, each with its graded cells, their test
 cells' sources (from the gradebook, not from the notebook, where a student
 could have edited them) and the scores that autograding recorded.
-
-Layer: CLI support (nbgrader, traitlets: the "instructor" extra).
 """
 from __future__ import annotations
 

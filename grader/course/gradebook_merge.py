@@ -8,8 +8,6 @@ each notebook's late penalty, each graded cell's auto_score and
 needs_manual_grade, each cell's auto_comment. Manual scores and comments, extra
 credit, flags and extensions are the graders' and stay as they are (nbgrader's
 SaveAutoGrades already saw the manual scores in the worker's copy).
-
-Layer: CLI and programs (nbgrader: the "instructor" extra).
 """
 from __future__ import annotations
 

@@ -19,8 +19,6 @@ literal) says so in its row's note, and the summary counts such cells; a
 notebook that cannot be read is one row saying why, and the others go on.
 Assignments to attributes of numpy, grader, sys, ... are listed as
 suspicious: a notebook that patched them to earn points shows up.
-
-Layer: CLI (imports the front-end).
 """
 from __future__ import annotations
 

@@ -2,8 +2,6 @@
 one array task per submission (grader.course.class_grading's `main`, which writes the
 submission's result into its scratch folder), submitted with `sbatch --wait`;
 the caller merges results as their files appear and when the array ends.
-
-Layer: CLI and programs.
 """
 from __future__ import annotations
 

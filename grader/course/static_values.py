@@ -1,8 +1,6 @@
 """Reading a notebook's code cells without running them: the values that
 names get from literals and arithmetic of literals (a kernel's source string,
 a numeric answer), and assignments that patch numpy, grader, sys, ...
-
-Layer: CLI support (standard library only).
 """
 from __future__ import annotations
 

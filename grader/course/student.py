@@ -16,7 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from grader.platform import COURSE_ROOT
+
+ROOT = COURSE_ROOT
 LABS = ROOT / "labs"
 
 

@@ -13,6 +13,8 @@ import sys
 from . import config
 from .analysis import Report, analyze
 from .config import (
+    configure,
+    launch_seconds,
     launch_timeout,
     set_launch_timeout,
     set_thread_order_seed,
@@ -24,7 +26,8 @@ from .config import (
 SUBMODULES = ("driver", "compiler", "tools", "gpuarray", "elementwise", "reduction", "scan", "cumath", "curandom",
               "characterize", "autoinit", "autoprimaryctx")
 
-__all__ = ["Report", "analyze", "install", "installed", "launch_timeout", "set_launch_timeout", "set_thread_order_seed",
+__all__ = ["Report", "analyze", "configure", "install", "installed", "launch_seconds", "launch_timeout",
+           "set_launch_timeout", "set_thread_order_seed",
            "set_untrusted_sources", "stopped_launches", "thread_order_seed"]
 
 

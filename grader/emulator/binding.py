@@ -5,10 +5,12 @@ from __future__ import annotations
 import ctypes
 import re
 import struct
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from . import config
 from .build import BuiltModule, runtime_library
 
 # Result codes of emu_launch (runtime/runtime.h).
@@ -124,7 +126,7 @@ class LoadedModule:
         if info.abi_version != ABI_VERSION:
             raise AbiMismatch(f"{built.library} was built for emulator ABI version {info.abi_version}, this "
                               f"emulator reads version {ABI_VERSION}: delete the emulator's cache "
-                              "($GRADER_EMULATOR_CACHE, default ~/.cache/grader-emulator) and run again")
+                              "(the folder its builds go to, by default ~/.cache/grader-emulator) and run again")
         self.kernels: dict[str, Kernel] = {}
         for i in range(info.nkernels):
             e = info.kernels[i]
@@ -147,8 +149,10 @@ class LoadedModule:
         g = (ctypes.c_uint * 3)(*grid)
         b = (ctypes.c_uint * 3)(*block)
         flat = (ctypes.c_size_t * (2 * len(buffers) + 1))(*[v for pair in sorted(buffers) for v in pair])
+        start = time.perf_counter()
         code = rt.emu_launch(self._info, kernel.index, params, len(params), g, b, shared, timeout, seed,
                              flat, len(buffers), self.sequential)
+        config.add_launch_seconds(time.perf_counter() - start)
         return code, rt.emu_last_error().decode(errors="replace") if code else ""
 
     def base_address(self) -> int:

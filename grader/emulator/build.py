@@ -8,8 +8,8 @@ compiled into the library itself (BUILD_KEY_MARK + key, read from the file's
 bytes before anything loads it) and the metadata next to it records the key
 and the library's SHA-256. A library copied over another key's entry, or
 edited, is rebuilt, never loaded; what is loaded is a private copy of the
-verified bytes (_private_copy). Graders point GRADER_EMULATOR_CACHE at a
-private folder of their own (grader.grading.isolation), so that nothing a notebook
+verified bytes (_private_copy). Graders configure a private cache folder
+of their own (grader.grading.isolation), so that nothing a notebook
 writes into the shared cache is ever loaded by a grading process."""
 from __future__ import annotations
 
@@ -74,12 +74,7 @@ class BuiltModule:
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("GRADER_EMULATOR_CACHE")
-    if not base:
-        base = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "grader-emulator")
-    path = Path(base)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return config.cache_dir()
 
 
 def cxx() -> str:
@@ -87,7 +82,7 @@ def cxx() -> str:
 
 
 def nvcc() -> str | None:
-    if os.environ.get("GRADER_EMULATOR_NVCC", "1") == "0":
+    if not config.nvcc_wanted():
         return None
     return shutil.which("nvcc")
 
@@ -193,11 +188,21 @@ def _run(cmd: list[str], cwd: str, timeout: float = 300) -> subprocess.Completed
 
 
 def runtime_library() -> Path:
-    """The runtime shared library, built once per machine and source version."""
+    """The runtime shared library: the prebuilt one configured (config.configure(runtime=...)) when its
+    bytes have the recorded SHA-256, else built once per cache folder and source version."""
+    prebuilt = config.prebuilt_runtime()
+    if prebuilt is not None:
+        try:
+            data = Path(prebuilt[0]).read_bytes()
+        except OSError:
+            data = b""
+        if hashlib.sha256(data).hexdigest() == prebuilt[1]:
+            return _private_copy(data, Path(prebuilt[0]).name)
     sources = b"".join((RUNTIME_DIR / f).read_bytes() for f in RUNTIME_SOURCES + RUNTIME_HEADERS + (RUNTIME_EXPORTS,))
     key = _digest(sources, _compiler_id(cxx()))
     lib = cache_dir() / f"libcudaemu-{key}.so"
-    data = _verified_bytes(lib, key) if lib.exists() else None
+    meta = lib.with_suffix(".json")
+    data = _verified_bytes(lib, key, meta) if lib.exists() else None
     if data is not None:
         return _private_copy(data, lib.name)
     with tempfile.TemporaryDirectory() as tmp:
@@ -211,6 +216,7 @@ def runtime_library() -> Path:
             raise BuildError("the emulator runtime does not compile", proc.stderr, cmd)
         data = out.read_bytes()
         _atomic_write(lib, data)
+        _atomic_write(meta, json.dumps({"key": key, "sha256": hashlib.sha256(data).hexdigest()}).encode())
     return _private_copy(data, lib.name)
 
 

@@ -1,16 +1,49 @@
-"""Emulator settings: environment variables give the defaults, code may
-change them (for example a grader that permutes the thread order)."""
+"""Emulator settings. The emulator reads no environment: whoever uses it
+hands it its settings (`configure`; the grader's come from
+grader.platform.settings), and code may change them while it runs (a grader
+that permutes the thread order, or stops launches sooner)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 _settings = {
-    "timeout": float(os.environ.get("GRADER_EMULATOR_TIMEOUT", "60")),
-    "seed": int(os.environ.get("GRADER_EMULATOR_THREAD_ORDER_SEED", "0")),
+    "timeout": 60.0,
+    "seed": 0,
     "stopped": 0,
-    "untrusted": os.environ.get("GRADER_EMULATOR_UNTRUSTED", "0") == "1",
+    "untrusted": False,
     "contexts": False,
+    "cache": None,
+    "nvcc": True,
+    "memory": None,
+    "runtime": None,
+    "launch_seconds": 0.0,
 }
+
+
+def configure(cache_dir: Path | None = None, nvcc: bool = True, launch_timeout: float = 60.0,
+              device_memory: int | None = None, runtime: tuple[str, str] | None = None) -> None:
+    """Where builds are cached (default ~/.cache/grader-emulator), whether nvcc also compiles
+    each source where it is installed, seconds one launch may run, bytes of device memory
+    (default: the H200's, or the host's where that is less), and a runtime library already
+    built elsewhere: (its path, its SHA-256), loaded only when its bytes have that hash."""
+    _settings.update(cache=None if cache_dir is None else Path(cache_dir), nvcc=bool(nvcc),
+                     timeout=float(launch_timeout), memory=device_memory, runtime=runtime)
+
+
+def prebuilt_runtime() -> tuple[str, str] | None:
+    return _settings["runtime"]
+
+
+def cache_dir() -> Path:
+    """The build cache, created when first asked for."""
+    path = _settings["cache"] or Path(os.path.expanduser("~/.cache")) / "grader-emulator"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def nvcc_wanted() -> bool:
+    return _settings["nvcc"]
 
 
 def contexts_required() -> bool:
@@ -40,6 +73,15 @@ def launch_timeout() -> float:
 
 def set_launch_timeout(seconds: float) -> None:
     _settings["timeout"] = float(seconds)
+
+
+def launch_seconds() -> float:
+    """Seconds this process's launches have run (not counting their builds)."""
+    return _settings["launch_seconds"]
+
+
+def add_launch_seconds(seconds: float) -> None:
+    _settings["launch_seconds"] += seconds
 
 
 def stopped_launches() -> int:
@@ -88,9 +130,8 @@ def host_memory() -> tuple[int, int]:
 
 def total_memory() -> int:
     """The emulated device's memory: the H200's, or the host's where that is less,
-    or GRADER_EMULATOR_DEVICE_MEMORY bytes where that is set and less."""
-    limit = int(os.environ.get("GRADER_EMULATOR_DEVICE_MEMORY", TOTAL_MEMORY))
-    return min(TOTAL_MEMORY, limit, host_memory()[1])
+    or the configured bytes where those are less."""
+    return min(TOTAL_MEMORY, _settings["memory"] or TOTAL_MEMORY, host_memory()[1])
 DEVICE_ATTRIBUTES = {
     "MAX_THREADS_PER_BLOCK": 1024, "MAX_BLOCK_DIM_X": 1024, "MAX_BLOCK_DIM_Y": 1024, "MAX_BLOCK_DIM_Z": 64,
     "MAX_GRID_DIM_X": 2**31 - 1, "MAX_GRID_DIM_Y": 65535, "MAX_GRID_DIM_Z": 65535,

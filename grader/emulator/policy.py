@@ -16,8 +16,6 @@ submission is refused, with the line and the reason, when it has
 and, once built, when the library imports a symbol outside the allow-list
 (the emulator runtime, the C math library, what GCC itself emits): no file,
 process, network or memory-mapping call can be reached.
-
-Layer: emulator (standard library only).
 """
 from __future__ import annotations
 

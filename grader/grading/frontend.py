@@ -20,8 +20,6 @@ At autograde time (nbgrader sets NBGRADER_EXECUTION=autograde) nothing is
 graded inside the notebook, whose cells may have patched anything: check,
 grade and grade_answer say so and return nothing earned, and the autograder
 grades each test cell from the notebook's text (grader.course.nbgrader_ext.GradeFromSource).
-
-Layer: front-end (imports the registry, isolation, the backend, the report).
 """
 from __future__ import annotations
 

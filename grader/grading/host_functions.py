@@ -17,8 +17,6 @@ patched numpy there costs that check only). So
   the cells up to the test cell;
 - the student's own process (grader.grading.student_process, started by the grading
   process, which keeps the check) loads it with `load_function`.
-
-Layer: kernels and host drivers (standard library only).
 """
 from __future__ import annotations
 

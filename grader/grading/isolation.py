@@ -1,31 +1,30 @@
-"""Run one check of one submission in a separate, sandboxed process with a time limit.
+"""One check of one submission: collect() in a separate, sandboxed process with a time limit, judge() here.
 
-The child is `python -E -s -c ...` (grader.grading.isolation._child): it reads a job
-(JSON) on stdin, sets its own resource limits, chooses the backend the parent
-named, refuses any source that is not device code only (the emulator's
-policy, grader.emulator.policy), resolves the exercise and the check through
-the one registry (grader.grading.registry), runs check(submission, seed) and writes
-the result to a pipe (no file a kernel could rewrite). Every check of a
-CUDA C exercise is split: the child returns only what the kernel did (C,
-the analysis' records, timings) and the verdict is computed here, from
-those outputs and the seed this process chose (a kernel that scribbled
-over the child's memory cannot hand over a verdict). A Python exercise's
-function runs in a process of its own (grader.grading.student_process), so the
-child's verdict is out of its reach. Where
-bubblewrap can make a sandbox, the child runs in it: the file system
-read-only but for its private folder and the grading process's private build
-cache, no network (sandbox_description() says what is in force, and why
-not). Its environment is built here, not inherited. Its stdout and stderr
-are captured here (kernel printf, compiler chatter, a crash's last words)
-and kept in the result's `output`; nothing reaches this process's stderr. A
-crash, a hang past the limit or anything else that leaves no result becomes
-a failed CheckResult saying why, so the grader goes on with the next check.
+The grading process is `python -I` started with a job description on its
+stdin (the exercise, the check, the submission, the seed this process chose,
+the settings, the launch budgets, the import path): nothing it needs comes
+from inherited variables, and nothing a notebook planted (a sitecustomize.py,
+PYTHONPATH) is imported. It sets its own resource limits, chooses the backend
+the job names, says it has started, and from then on runs only the check's
+collect(), whose outputs (data: JSON and numpy arrays) it writes to a pipe.
+The verdict is computed here from those outputs and the seed (a kernel that
+scribbled over the grading process's memory cannot hand over a verdict).
 
-Layer: above the checks (imports the registry, the backend and the report).
+What fails before the process has started (it cannot import PyCUDA or the
+grader, or the sandbox cannot be made) is a grader error; a crash or a hang
+after it is the submission's. A submission's builds go to a cache folder of
+its own (no two submissions share one); the emulator's runtime library is
+built once here and handed over with its SHA-256, which the process checks.
+
+Launch budgets: a kernel launch is stopped once it has run HANG_FACTOR times
+as long as the reference solution's same launch. The reference's times come
+from a run of the same check on the reference solution, in a process of its
+own, once per check and backend (grader.grading.checks.common.launch_budget).
 """
 from __future__ import annotations
 
 import atexit
+import hashlib
 import io
 import json
 import os
@@ -38,75 +37,38 @@ import tempfile
 import threading
 import traceback
 import warnings
-from pathlib import Path
 
 import numpy as np
 
 from grader import emulator
+from grader.emulator import build
 from grader.grading import registry
-from grader.grading.checks.common import DID_NOT_FINISH, HANG_FACTOR, HANG_FLOOR_S, end_process_past_budget, new_seed
+from grader.grading.checks.common import (
+    DID_NOT_FINISH,
+    HANG_FACTOR,
+    HANG_FLOOR_S,
+    end_process_past_budget,
+    measured_budgets,
+    new_seed,
+    use_budgets,
+)
+from grader.grading.protocol import Context
 from grader.grading.report import FAILED, CheckResult
-from grader.platform import backend, sandbox
+from grader.platform import COURSE_ROOT, backend, sandbox, settings
+from grader.platform.settings import Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = COURSE_ROOT           # the folder holding the grader package
 OUTPUT_KEPT = 8000          # characters of captured output kept in a result
+STARTED = b"S"              # the grading process's first word on its pipe: it has started
 
-
-# What a grading process inherits from its parent's environment: where programs
-# and the GPU driver are, the locale, and the grader's own settings. Nothing
-# else (PYTHONPATH, PYTHONSTARTUP, LD_PRELOAD, ...: a notebook cell could set
-# them to run its own code inside the grading process).
+# What a grading process inherits from its parent's environment: where programs and the GPU
+# driver are, the locale. Nothing else (PYTHON*, LD_PRELOAD, ...: a notebook could set them).
 INHERITED = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "CXX", "LD_LIBRARY_PATH",
-             "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "GRADER_THRESHOLDS",
-             "GRADER_EMULATOR_NVCC", "VIRTUAL_ENV", "CONDA_PREFIX", "SYSTEMROOT")
+             "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "SYSTEMROOT")
 
-_grading_cache: str | None = None
-
-
-def grading_cache() -> str:
-    """This process's private build cache (a fresh 0700 temporary folder,
-    removed at exit): grading processes build into it and load only from it,
-    never from the shared cache that notebook cells' own SourceModule builds use."""
-    global _grading_cache
-    if _grading_cache is None or not os.path.isdir(_grading_cache):
-        _grading_cache = tempfile.mkdtemp(prefix="grader-cache-")
-        atexit.register(shutil.rmtree, _grading_cache, True)
-    return _grading_cache
-
-
-def child_env(backend_name: str | None = None) -> dict:
-    """The environment of a grading process, built by the grader (not inherited)."""
-    env = {k: os.environ[k] for k in INHERITED if k in os.environ}
-    env["PATH"] = env.get("PATH") or os.defpath
-    env["PYTHONPATH"] = str(ROOT)
-    env["GRADER_BACKEND"] = backend_name or backend.current().name
-    env["GRADER_EMULATOR_CACHE"] = grading_cache()
-    env["MPLBACKEND"] = "Agg"
-    env["PYTHONWARNINGS"] = "ignore"
-    env["PYTHONNOUSERSITE"] = "1"
-    return env
-
-
-def child_command() -> list[str]:
-    """`python -E -s`: no PYTHON* variables, no user site-packages; the grader
-    from ROOT, put first on the path only after start-up (a sitecustomize.py
-    planted anywhere on the parent's path is not imported)."""
-    return [sys.executable, "-E", "-s", "-c",
-            f"import sys; sys.path.insert(0, {str(ROOT)!r}); from grader.grading.isolation import _child; sys.exit(_child())"]
-
-
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
-# ---- the sandbox -------------------------------------------------------------------------
-# Resource limits of a grading process (set by the process itself, soft = hard,
-# before it reads the submission): address space, CPU seconds beyond the
-# check's time limit, open files, file size, no core files; processes where
-# the kernel enforces RLIMIT_NPROC (not for root).
+# Resource limits of a grading process (set by the process itself, soft = hard, before it reads
+# the submission): address space, CPU seconds beyond the check's time limit, open files, file
+# size, no core files; processes where the kernel enforces RLIMIT_NPROC (not for root).
 LIMITS = {"RLIMIT_AS": 32 << 30, "RLIMIT_NOFILE": 1024, "RLIMIT_FSIZE": 2 << 30, "RLIMIT_CORE": 0}
 EXTRA_PROCESSES = 256          # RLIMIT_NPROC: the user's processes now, plus this many (the compiler's)
 
@@ -119,12 +81,193 @@ def sandbox_description() -> str:
                       "a student's Python function called in a process of its own"])
 
 
-def _user_processes() -> int:
-    uid = os.getuid()
+# ---- folders --------------------------------------------------------------------------------
+_folders: dict[str, str] = {}
+
+
+def _private_folder(name: str) -> str:
+    """A fresh 0700 folder of this process, removed at exit (one per name)."""
+    if name not in _folders or not os.path.isdir(_folders[name]):
+        _folders[name] = tempfile.mkdtemp(prefix=f"grader-{name}-")
+        atexit.register(shutil.rmtree, _folders[name], True)
+    return _folders[name]
+
+
+def submission_cache(submission: str) -> str:
+    """The build cache of one submission's grading processes: shared by that submission's checks,
+    never by two submissions (what one writes there cannot reach another's grading)."""
+    return _private_folder("cache-" + hashlib.sha256(submission.encode()).hexdigest()[:16])
+
+
+_runtime: tuple[str, str] | None = None
+
+
+def trusted_runtime() -> tuple[str, str]:
+    """The emulator's runtime library, built (or verified) by this process: (path, SHA-256)."""
+    global _runtime
+    if _runtime is None:
+        settings.current()
+        path = build.runtime_library()
+        _runtime = (str(path), hashlib.sha256(path.read_bytes()).hexdigest())
+    return _runtime
+
+
+def import_path() -> list[str]:
+    """Where this process imports from, as a grading process should: the grader's own folder first,
+    then every absolute folder of sys.path (site-packages, a venv, --user, PYTHONPATH installs), not the
+    working folder."""
+    cwd = os.getcwd()
+    found = [str(ROOT)]
+    for p in sys.path:
+        if p and os.path.isabs(p) and os.path.isdir(p) and p != cwd and p not in found:
+            found.append(p)
+    return found
+
+
+# ---- the parent's side ----------------------------------------------------------------------
+def run_check(exercise: str, check: str, submission: str, seed: int | None = None, timeout: float | None = None,
+              backend_name: str | None = None) -> CheckResult:
+    """The result of one check of the exercise on `submission` (text): collected in a fresh process, judged here."""
+    ex = registry.get(exercise)
+    spec = ex.check(check)                  # an unknown exercise or check: the caller's mistake
+    seed = new_seed() if seed is None else int(seed)
+    chosen = backend_name or backend.current().name
+    gpu = chosen == "gpu"
+    job_settings = settings.current().with_(backend=chosen, emulator_cache=submission_cache(submission))
+    budgets = reference_budgets(ex, gpu, job_settings)
+    ctx = Context(ex.id, ex.stage, gpu, job_settings, budgets)
+    outcome = _collect(ex.id, spec, submission, seed, job_settings, budgets, float(timeout or spec.timeout))
+    if isinstance(outcome, CheckResult):
+        return outcome
+    meta, arrays, output = outcome
+    result = spec.judge((meta, arrays), seed, ctx)
+    if meta.get("_stopped"):
+        result.details["did_not_finish"] = True
+    result.details.setdefault("backend", chosen)
+    if output:
+        result.output = ((result.output + "\n" + output).strip() if result.output else output)[-OUTPUT_KEPT:]
+    return result
+
+
+_budgets: dict[tuple, dict] = {}
+
+
+def reference_budgets(ex, gpu: bool, job_settings: Settings) -> dict:
+    """The reference solution's seconds per launch-budget block of the exercise's checks, measured once
+    per process, every check in one grading process ({} where there is no reference or it failed)."""
+    key = (ex.id, gpu)
+    if key not in _budgets:
+        _budgets[key] = {}
+        timed = [c for c in ex.checks if c.timed_on_reference]
+        if ex.reference is not None and timed:
+            outcome = _collect(ex.id, None, ex.reference(), 0, job_settings.with_(emulator_cache=_private_folder(
+                "reference-cache")), {}, sum(c.timeout for c in timed), measure=True)
+            if not isinstance(outcome, CheckResult):
+                _budgets[key] = dict(outcome[0].get("_budgets") or {})
+    return _budgets[key]
+
+
+def _collect(exercise: str, spec, submission: str, seed: int, job_settings: Settings, budgets: dict,
+             timeout: float, measure: bool = False):
+    """(meta, arrays, captured output) from a grading process, or the CheckResult saying why there are none."""
+    name = spec.name if spec is not None else "reference"
+    with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
+        env = {k: os.environ[k] for k in INHERITED if k in os.environ}
+        env.update(PATH=env.get("PATH") or os.defpath, TMPDIR=tmp, MPLBACKEND="Agg", PYTHONWARNINGS="ignore",
+                   MPLCONFIGDIR=os.path.join(tmp, "matplotlib"))
+        read_fd, write_fd = os.pipe()
+        job = {"exercise": exercise, "check": None if spec is None else spec.name, "submission": submission, "seed": seed,
+               "settings": job_settings.to_dict(), "budgets": budgets, "measure": measure, "path": import_path(),
+               "runtime": trusted_runtime(), "result_fd": write_fd, "launch_timeout": max(5.0, timeout * 0.8),
+               "cpu_seconds": timeout + 60}
+        command = sandbox.wrap(child_command(), [tmp, job_settings.emulator_cache], tmp)
+        chunks: list[bytes] = []
+        reader = threading.Thread(target=_read_all, args=(read_fd, chunks), daemon=True)
+        reader.start()
+        try:
+            proc = subprocess.Popen(command, cwd=tmp, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True, text=True, pass_fds=(write_fd,))
+        except OSError as e:
+            os.close(write_fd)
+            return CheckResult.grader_error(name, f"the grading process could not be started ({e})")
+        os.close(write_fd)
+        try:
+            out, _ = proc.communicate(json.dumps(job) + "\n", timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            out, _ = proc.communicate()
+        reader.join(timeout=10)
+    hint = spec.hang_hint if spec is not None else ""
+    return _outcome(name, hint, b"".join(chunks), (out or "").strip(), proc.returncode, timed_out, timeout)
+
+
+def _outcome(name: str, hang_hint: str, data: bytes, out: str, code: int, timed_out: bool, timeout: float):
+    if not data.startswith(STARTED):
+        last = out.strip().splitlines()[-1] if out.strip() else f"it exited with status {code}"
+        return CheckResult.grader_error(name, f"the grading process could not start ({last[:300]})",
+                                        output=out[-4000:])
+    data = data[len(STARTED):]
+    if timed_out:
+        return CheckResult(name, FAILED, f"{DID_NOT_FINISH}: the grading process was stopped after "
+                           f"{timeout:.0f} s: the kernel hangs or is far too slow ({hang_hint})", 0.0,
+                           details={"did_not_finish": True}, output=out[-4000:])
+    if data[:1] == b"R":
+        try:
+            with np.load(io.BytesIO(data[1:]), allow_pickle=False) as archive:
+                arrays = {k: archive[k] for k in archive.files if k != "meta"}
+                meta = json.loads(str(archive["meta"]))
+            if not isinstance(meta, dict):
+                raise ValueError("its outputs are not a dictionary")
+        except (ValueError, TypeError, KeyError, OSError, EOFError) as e:     # truncated, or not ours
+            return CheckResult(name, FAILED, f"the grading process left unreadable outputs ({e}): the "
+                               "kernel may have overwritten its memory", 0.0, output=out[-4000:])
+        return meta, arrays, out[-OUTPUT_KEPT:]
+    if data[:1] == b"E":
+        return CheckResult.grader_error(name, "the check itself failed", output=data[1:].decode(errors="replace"))
+    if code is not None and code > 128:          # a sandbox passes a killed child's signal on as 128 + signal
+        code = 128 - code
+    if code == -signal.SIGALRM:                  # a GPU launch past its budget (checks.common.launch_budget)
+        return CheckResult(name, FAILED, f"{DID_NOT_FINISH}: a launch ran past its budget on the GPU "
+                           f"({HANG_FACTOR} x the reference kernel's time on the same launch, at least "
+                           f"{HANG_FLOOR_S:g} s) and the grading process was stopped ({hang_hint})", 0.0,
+                           details={"did_not_finish": True}, output=out[-4000:])
+    why = f"was killed by {_signal_name(code)}" if code is not None and code < 0 else f"exited with status {code}"
+    return CheckResult(name, FAILED, f"the grading process {why} while running your code, without a result: "
+                       "the kernel crashed it (see the captured output)", 0.0, output=out[-4000:])
+
+
+def _signal_name(code: int) -> str:
     try:
-        return sum(1 for d in os.listdir("/proc") if d.isdigit() and os.stat(f"/proc/{d}").st_uid == uid)
-    except OSError:
-        return 0
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _read_all(fd: int, chunks: list) -> None:
+    with os.fdopen(fd, "rb") as f:
+        while data := f.read(1 << 16):
+            chunks.append(data)
+
+
+# ---- the grading process's side -----------------------------------------------------------------
+_BOOT = ("import json, site, sys\n"
+         "job = json.loads(sys.stdin.readline())\n"
+         "for p in reversed(job['path']):\n"
+         "    site.addsitedir(p) if p.endswith(('site-packages', 'dist-packages')) else None\n"
+         "    sys.path.insert(0, p) if p not in sys.path else None\n"
+         "from grader.grading.isolation import child\n"
+         "sys.exit(child(job))\n")
+
+
+def child_command() -> list[str]:
+    """`python -I`: no PYTHON* variables, no user site-packages, not the working folder; the import
+    path comes with the job."""
+    return [sys.executable, "-I", "-c", _BOOT]
 
 
 def _apply_limits(cpu_seconds: float, gpu: bool = False) -> list[str]:
@@ -149,90 +292,12 @@ def _apply_limits(cpu_seconds: float, gpu: bool = False) -> list[str]:
     return missing
 
 
-def run_check(exercise: str, check: str, submission: str, seed: int | None = None, timeout: float | None = None,
-              backend_name: str | None = None) -> CheckResult:
-    """The result of one check of the exercise on `submission` (text), computed in a fresh process."""
-    spec = registry.get(exercise).check(check)        # an unknown exercise or check: the caller's mistake
-    timeout = float(timeout or spec.timeout)
-    seed = new_seed() if seed is None else int(seed)       # chosen here: a split check's outputs must match it
-    job = {"exercise": exercise, "check": check, "submission": submission, "seed": seed}
-    with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
-        env = child_env(backend_name)
-        env["TMPDIR"] = tmp
-        env["MPLCONFIGDIR"] = os.path.join(env["GRADER_EMULATOR_CACHE"], "matplotlib")
-        read_fd, write_fd = os.pipe()
-        job["result_fd"] = write_fd
-        job["launch_timeout"] = max(5.0, timeout * 0.8)
-        job["cpu_seconds"] = timeout + 60
-        command = sandbox.wrap(child_command(), [tmp, env["GRADER_EMULATOR_CACHE"]], tmp)
-        chunks: list[bytes] = []
-        reader = threading.Thread(target=_read_all, args=(read_fd, chunks), daemon=True)
-        reader.start()
-        try:
-            proc = subprocess.Popen(command, cwd=tmp, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True, text=True,
-                                    pass_fds=(write_fd,))
-        finally:
-            os.close(write_fd)
-        try:
-            out, _ = proc.communicate(json.dumps(job), timeout=timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            out, _ = proc.communicate()
-        reader.join(timeout=10)
-        out = (out or "").strip()
-        if timed_out:
-            return CheckResult(check, FAILED, f"{DID_NOT_FINISH}: the grading process was stopped after "
-                               f"{timeout:.0f} s: the kernel hangs or is far too slow ({spec.hang_hint})", 0.0,
-                               details={"did_not_finish": True}, output=out[-4000:])
-        if chunks:
-            try:
-                result = _result(spec, b"".join(chunks), seed, env["GRADER_BACKEND"] == "gpu")
-            except (UnicodeDecodeError, ValueError, TypeError, KeyError, OSError) as e:    # truncated or foreign
-                return CheckResult(check, FAILED, f"the grading process left an unreadable result: {e}", 0.0,
-                                   output=out[-4000:])
-            if out:
-                result.output = ((result.output + "\n" + out).strip() if result.output else out)[-OUTPUT_KEPT:]
-            return result
-        code = proc.returncode
-        if code > 128:                      # a sandbox passes a killed child's signal on as 128 + signal
-            code = 128 - code
-        if code == -signal.SIGALRM:         # a GPU launch past its budget (checks.common.launch_budget)
-            return CheckResult(check, FAILED, f"{DID_NOT_FINISH}: a launch ran past its budget on the GPU "
-                               f"({HANG_FACTOR} x the reference kernel's time on the same launch, at least "
-                               f"{HANG_FLOOR_S:g} s) and the grading process was stopped ({spec.hang_hint})", 0.0,
-                               details={"did_not_finish": True}, output=out[-4000:])
-        why = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with status {code}"
-        return CheckResult(check, FAILED, f"the grading process {why} without a result: the kernel crashed it "
-                           "(see the captured output)", 0.0, output=out[-4000:])
-
-
-# What a grading process writes on its result pipe: b"J" and a CheckResult as
-# JSON, or b"R" and an .npz archive of a split check's outputs ("meta", the
-# collected metadata as JSON, and its arrays), read without pickle.
-def _result(spec, data: bytes, seed: int, gpu: bool) -> CheckResult:
-    if data[:1] == b"R" and spec.judge is not None:
-        with np.load(io.BytesIO(data[1:]), allow_pickle=False) as archive:
-            arrays = {k: archive[k] for k in archive.files if k != "meta"}
-            meta = json.loads(str(archive["meta"]))
-        if meta.get("seed") != seed:
-            raise ValueError(f"outputs for seed {meta.get('seed')!r}, not {seed}")
-        result = spec.judge(meta, arrays, gpu)
-        if meta.get("stopped_launches"):
-            result.details["did_not_finish"] = True
-        result.details.setdefault("backend", "gpu" if gpu else "emulator")
-        return result
-    if data[:1] == b"J":
-        result = CheckResult.from_dict(json.loads(data[1:].decode()))
-        if spec.judge is not None and result.status != FAILED:
-            raise ValueError("a verdict where the check's outputs were expected")
-        return result
-    raise ValueError("neither a result nor a check's outputs")
+def _user_processes() -> int:
+    uid = os.getuid()
+    try:
+        return sum(1 for d in os.listdir("/proc") if d.isdigit() and os.stat(f"/proc/{d}").st_uid == uid)
+    except OSError:
+        return 0
 
 
 def _outputs(meta: dict, arrays: dict) -> bytes:
@@ -241,41 +306,29 @@ def _outputs(meta: dict, arrays: dict) -> bytes:
     return b"R" + buffer.getvalue()
 
 
-def _read_all(fd: int, chunks: list) -> None:
-    with os.fdopen(fd, "rb") as f:
-        while data := f.read(1 << 16):
-            chunks.append(data)
-
-
-def _child() -> int:
+def child(job: dict) -> int:
+    """A grading process: start, say so, collect, write the outputs."""
     warnings.simplefilter("ignore")
-    job = json.loads(sys.stdin.read())
-    result_pipe = os.fdopen(job["result_fd"], "wb")
-    _apply_limits(job["cpu_seconds"], gpu=os.environ.get("GRADER_BACKEND") == "gpu")
-    chosen = backend.current()            # GRADER_BACKEND, as the parent chose it
+    pipe = os.fdopen(job["result_fd"], "wb")
+    job_settings = settings.use(Settings.from_dict(job["settings"]), runtime=tuple(job["runtime"]))
+    _apply_limits(job["cpu_seconds"], gpu=job_settings.backend == "gpu")
+    chosen = backend.current()              # the backend the job names (GRADER_BACKEND=gpu insists on the GPU)
+    ex = registry.get(job["exercise"])
+    checks = [ex.check(job["check"])] if job["check"] else [c for c in ex.checks if c.timed_on_reference]
+    pipe.write(STARTED)
+    pipe.flush()
     end_process_past_budget(chosen.name == "gpu")
     emulator.set_launch_timeout(job["launch_timeout"])
-    emulator.set_untrusted_sources(True)  # device code only (grader.emulator.policy)
+    emulator.set_untrusted_sources(not job["measure"])     # device code only (grader.emulator.policy)
+    use_budgets(job["budgets"], measure=job["measure"])
+    ctx = Context(ex.id, ex.stage, chosen.name == "gpu", job_settings, job["budgets"])
     try:
-        check = registry.get(job["exercise"]).check(job["check"])
-        if check.collect is not None:
-            meta, arrays = check.collect(job["submission"], job.get("seed"))
-            payload = _outputs(dict(meta, stopped_launches=bool(emulator.stopped_launches())), arrays)
-        else:
-            result = check.run(job["submission"], job.get("seed"))
-            if emulator.stopped_launches():
-                result.details["did_not_finish"] = True
-            result.details.setdefault("backend", chosen.name)
-            payload = b"J" + json.dumps(result.to_dict()).encode()
-    except Exception as e:   # the one broad except: no check should raise, so this is a grader bug
-        result = CheckResult(job["check"], FAILED, f"grader error (a bug in the grader, not in your code; tell "
-                             f"your instructor): {type(e).__name__}: {e}", 0.0,
-                             output=traceback.format_exc()[-4000:])
-        payload = b"J" + json.dumps(result.to_dict()).encode()
-    result_pipe.write(payload)
-    result_pipe.close()
+        for check in checks:            # one check, or (timing the reference) every check that sets budgets
+            meta, arrays = check.collect(job["submission"], int(job["seed"]), ctx)
+        payload = _outputs(dict(meta, _stopped=bool(emulator.stopped_launches()), _budgets=measured_budgets()),
+                           arrays)
+    except Exception:       # the one broad except: no collect() should raise, so this is a bug in the grader
+        payload = b"E" + traceback.format_exc()[-4000:].encode()
+    pipe.write(payload)
+    pipe.close()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_child())

@@ -1,5 +1,4 @@
-"""The one check registry: every exercise of every lab and the checks that
-grade it.
+"""The one check registry: every exercise of every lab and the checks that grade it.
 
     lab  exercise              submission                         checks
     01-06 an SGEMM stage id    CUDA C holding the stage kernel    compiles, correctness, races, bank-conflicts,
@@ -16,20 +15,17 @@ grade it.
     07   "minimums-host"       Python defining minimums(A, B)     host-transfers
     08   "sssp"                CUDA C (solutions/sssp.cu)         sssp-distances, sssp-path
 
-Python submissions are graded from their source (grader.grading.host_functions).
-Every check has one interface, run(submission: str, seed: int | None) ->
-CheckResult (an SGEMM check's stage is bound here), and a time limit for the
-whole grading process. A numeric question is not an exercise: its expected
-value lives in the hidden test cell only (grader.grade_answer).
-
-Layer: checks (imports the checks and the kernels' tables).
+Every check follows grader.grading.protocol (collect in the sandbox, judge
+here); each is defined, as data, in its module under grader/grading/checks.
+A numeric question is not an exercise: its expected value lives in the
+hidden test cell only (grader.grade_answer).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable
 
+from grader.grading import protocol
 from grader.grading.checks import (
     alignment,
     autotuning,
@@ -40,35 +36,18 @@ from grader.grading.checks import (
     compiles,
     correctness,
     minimums,
+    padded_transpose,
     performance,
+    pycuda_by_hand,
     races,
+    shortest_paths,
 )
-from grader.grading.checks import padded_transpose as transpose
-from grader.grading.checks import pycuda_by_hand as pycuda_host
-from grader.grading.checks import shortest_paths as sssp
-from grader.grading.checks.common import split_run
+from grader.grading.checks.common import new_seed
+from grader.grading.protocol import Check, Context
 from grader.grading.report import CheckResult
+from grader.kernels import sssp, timing, top2, transpose
 from grader.kernels.stages import STAGES, Stage
-
-# Seconds per check (the whole grading process: start, compile, every launch).
-SGEMM_TIMEOUTS = {"compiles": 120, "correctness": 240, "races": 240, "bank-conflicts": 240, "coalescing": 240,
-                  "performance": 480}
-KERNEL_TIMEOUT = 300        # the other kernel exercises
-FUNCTION_TIMEOUT = 300      # a Python function
-
-
-@dataclass(frozen=True)
-class Check:
-    """run(submission, seed) -> CheckResult. A check that can also be split
-    has collect(submission, seed) -> (meta, arrays), what the kernel did, and
-    judge(meta, arrays, gpu) -> CheckResult: grader.grading.isolation then runs
-    collect in the sandboxed process and judge in its own (trusted) one."""
-    name: str
-    run: Callable[[str, int | None], CheckResult]
-    timeout: float
-    hang_hint: str = "an endless loop?"
-    collect: Callable | None = None
-    judge: Callable | None = None
+from grader.platform import settings
 
 
 @dataclass(frozen=True)
@@ -76,7 +55,9 @@ class Exercise:
     id: str
     title: str
     checks: tuple[Check, ...]
-    host_function: str | None = None      # host exercises: the function a submission defines
+    stage: Stage | None = None               # an SGEMM stage's exercise
+    host_function: str | None = None         # a Python exercise: the function a submission defines
+    reference: Callable[[], str] | None = None   # the reference solution's text (launch budgets are timed on it)
 
     @property
     def check_names(self) -> list[str]:
@@ -89,82 +70,49 @@ class Exercise:
         raise KeyError(f"no check '{name}' for '{self.id}'; checks: {', '.join(self.check_names)}")
 
 
-SGEMM_CHECKS = {"compiles": compiles, "correctness": correctness, "races": races,
-                "bank-conflicts": bank_conflicts, "performance": performance}
+SGEMM_CHECKS = (compiles.CHECK, correctness.CHECK, races.CHECK, bank_conflicts.CHECK, performance.CHECK)
 # Checks some stages add, each placed before the named check: global-memory sectors
 # per request (lab 01: graded for coalesced, information for naive), the float4 path
 # and its fallback (lab 05), the kernel under other tile configurations (labs 04 and 06).
-EXTRA_CHECKS = {"naive": [(coalescing, "performance")], "coalesced": [(coalescing, "performance")],
-                "vectorized": [(alignment, "races")], "double-buffering": [(alignment, "races")],
-                "bank-conflict-free": [(bank_conflicts_configs, "performance")],
-                "warptiling": [(bank_conflicts_configs, "performance")]}
+EXTRA_CHECKS = {"naive": [(coalescing.CHECK, "performance")], "coalesced": [(coalescing.CHECK, "performance")],
+                "vectorized": [(alignment.CHECK, "races")], "double-buffering": [(alignment.CHECK, "races")],
+                "bank-conflict-free": [(bank_conflicts_configs.CHECK, "performance")],
+                "warptiling": [(bank_conflicts_configs.CHECK, "performance")]}
 
 
-def _stage_exercise(st: Stage) -> Exercise:
-    hint = "an endless loop? a __syncthreads() some threads never reach?"
-    modules = list(SGEMM_CHECKS.items())
-    for module, before in EXTRA_CHECKS.get(st.id, ()):
-        modules.insert([name for name, _ in modules].index(before), (module.NAME, module))
-    return Exercise(st.id, st.title, tuple(_stage_check(st, name, module, hint) for name, module in modules))
+def stage_checks(stage_id: str) -> tuple[Check, ...]:
+    checks = list(SGEMM_CHECKS)
+    for check, before in EXTRA_CHECKS.get(stage_id, ()):
+        checks.insert([c.name for c in checks].index(before), check)
+    return tuple(checks)
 
 
-def _stage_check(st: Stage, name: str, module, hint: str) -> Check:
-    split = {"collect": partial(module.collect, st), "judge": partial(module.judge, st)} \
-        if hasattr(module, "judge") else {}
-    return Check(name, partial(module.run, st), SGEMM_TIMEOUTS.get(name, 240), hint, **split)
-
-
-def _kernel_check(name: str, collect, judge) -> Check:
-    """A check of a kernel exercise: collect(source, seed) in the grading process, judge(meta, arrays, gpu) here."""
-    return Check(name, split_run(collect, judge), KERNEL_TIMEOUT, "an endless loop? a __syncthreads() some threads "
-                 "never reach? a relaxation that never stops changing?", collect=collect, judge=judge)
-
-
-def _function_check(name: str, run, timeout: float = FUNCTION_TIMEOUT) -> Check:
-    return Check(name, run, timeout, "an endless loop in your function? a launch that never returns?")
-
-
-EXERCISES: dict[str, Exercise] = {st.id: _stage_exercise(st) for st in STAGES}
-EXERCISES.update({e.id: e for e in (
-    Exercise("top2", "the two minimums of an array (top-2 reduction)",
-             (_kernel_check("top2-exact", minimums.collect_top2, minimums.judge_top2),
-              _kernel_check("top2-races", minimums.collect_top2_races, minimums.judge_top2_races))),
-    Exercise("sgemm-top2", "SGEMM with the top-2 reduction fused into its epilogue",
-             (_kernel_check("sgemm-top2-exact", minimums.collect_fused, minimums.judge_fused),
-              _kernel_check("sgemm-top2-races", minimums.collect_fused_races,
-                            minimums.judge_fused_races))),
-    Exercise("sssp", "shortest paths on the grid graph of C",
-             (_kernel_check("sssp-distances", sssp.collect_distances, sssp.judge_distances),
-              _kernel_check("sssp-path", sssp.collect_path, sssp.judge_path))),
-    Exercise("minimums-host", "a host function: the two minimums of C = A B, found on the GPU",
-             (_function_check("host-transfers", minimums.run_host_source),), host_function=minimums.HOST_FUNCTION),
-    Exercise("transpose", "a matrix transpose through a padded 32 x 33 shared tile",
-             (_kernel_check("transpose-correctness", transpose.collect_correctness, transpose.judge_correctness),
-              _kernel_check("transpose-races", transpose.collect_races, transpose.judge_races),
-              _kernel_check("transpose-bank-conflicts", transpose.collect_bank_conflicts,
-                            transpose.judge_bank_conflicts))),
-    Exercise("pycuda-matmul", "a host function: C = A B with sgemm_coalesced, written in PyCUDA",
-             (_function_check("matmul-correct", pycuda_host.run_matmul),
-              _function_check("matmul-float64", pycuda_host.run_matmul_float64)), host_function=pycuda_host.MATMUL),
-    Exercise("pycuda-gflops", "a host function: GFLOPS from M, N, K and seconds",
-             (_function_check("gflops-formula", pycuda_host.run_gflops),), host_function=pycuda_host.GFLOPS),
-    Exercise("pycuda-timing", "a host function: the median time of a launch, with CUDA events",
-             (_function_check("timing-form", pycuda_host.run_timing_form),
-              _function_check("timing-plausible", pycuda_host.run_timing_plausible)),
-             host_function=pycuda_host.TIMING),
-    Exercise("blocks-per-sm", "a host function: how many blocks of a kernel fit on one H200 SM",
-             (_function_check(blocks_per_sm.TABLE, blocks_per_sm.run_table, 120),
-              _function_check(blocks_per_sm.CUDA, blocks_per_sm.run_cuda)),
-             host_function=blocks_per_sm.HOST_FUNCTION),
-    Exercise("autotune-violations", "a host function: violations(config, limits), the rules checked before compiling",
-             (_function_check("rules-tiles", autotuning.run_rules_tiles, 120),
-              _function_check("rules-resources", autotuning.run_rules_resources, 120)),
-             host_function=autotuning.VIOLATIONS),
-    Exercise("autotune-search", "a host function: search(candidates, reject_fn, check_fn, time_fn)",
-             (_function_check("search-fake-space", autotuning.run_search_fake, 120),
-              _function_check("search-tuned-performance", autotuning.run_search_gpu, 600)),
-             host_function=autotuning.SEARCH),
-)})
+EXERCISES: dict[str, Exercise] = {
+    **{st.id: Exercise(st.id, st.title, stage_checks(st.id), stage=st, reference=st.source) for st in STAGES},
+    **{e.id: e for e in (
+        Exercise("top2", "the two minimums of an array (top-2 reduction)", minimums.TOP2_CHECKS,
+                 reference=top2.TOP2.solution),
+        Exercise("sgemm-top2", "SGEMM with the top-2 reduction fused into its epilogue", minimums.FUSED_CHECKS,
+                 reference=top2.FUSED.solution),
+        Exercise("sssp", "shortest paths on the grid graph of C", shortest_paths.CHECKS, reference=sssp.SSSP.solution),
+        Exercise("transpose", "a matrix transpose through a padded 32 x 33 shared tile", padded_transpose.CHECKS,
+                 reference=transpose.TRANSPOSE.solution),
+        Exercise("minimums-host", "a host function: the two minimums of C = A B, found on the GPU",
+                 minimums.HOST_CHECKS, host_function=minimums.HOST_FUNCTION),
+        Exercise("pycuda-matmul", "a host function: C = A B with sgemm_coalesced, written in PyCUDA",
+                 pycuda_by_hand.MATMUL_CHECKS, host_function=pycuda_by_hand.MATMUL),
+        Exercise("pycuda-gflops", "a host function: GFLOPS from M, N, K and seconds", pycuda_by_hand.GFLOPS_CHECKS,
+                 host_function=pycuda_by_hand.GFLOPS),
+        Exercise("pycuda-timing", "a host function: the median time of a launch, with CUDA events",
+                 pycuda_by_hand.TIMING_CHECKS, host_function=pycuda_by_hand.TIMING),
+        Exercise("blocks-per-sm", "a host function: how many blocks of a kernel fit on one H200 SM",
+                 blocks_per_sm.CHECKS, host_function=blocks_per_sm.HOST_FUNCTION),
+        Exercise("autotune-violations", "a host function: violations(config, limits), the rules checked before "
+                 "compiling", autotuning.VIOLATIONS_CHECKS, host_function=autotuning.VIOLATIONS),
+        Exercise("autotune-search", "a host function: search(candidates, reject_fn, check_fn, time_fn)",
+                 autotuning.SEARCH_CHECKS, host_function=autotuning.SEARCH),
+    )},
+}
 
 
 def get(exercise: str) -> Exercise:
@@ -173,3 +121,13 @@ def get(exercise: str) -> Exercise:
         return EXERCISES[exercise]
     except KeyError:
         raise KeyError(f"no exercise '{exercise}'; exercises: {', '.join(EXERCISES)}") from None
+
+
+def run_here(exercise: str | Stage, check: str | Check, submission: str, seed: int | None = None) -> CheckResult:
+    """Both halves of one check in this process, without a sandbox or launch budgets (tests and tools).
+    `exercise`: an exercise id, or a Stage (which may differ from the table's: other defines)."""
+    stage = exercise if isinstance(exercise, Stage) else get(exercise).stage
+    exercise_id = exercise.id if isinstance(exercise, Stage) else exercise
+    spec = check if isinstance(check, Check) else get(exercise_id).check(check)
+    ctx = Context(exercise_id, stage, timing.on_gpu(), settings.current())
+    return protocol.run_here(spec, submission, new_seed() if seed is None else int(seed), ctx)

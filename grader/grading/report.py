@@ -4,8 +4,6 @@ CheckReport (what grader.check returns; not the emulator's analysis report).
 A CheckResult is plain data (it crosses process boundaries as JSON, see
 grader.grading.isolation); a CheckReport renders as HTML in Jupyter and as text
 elsewhere, and turns a check's result into nbgrader points.
-
-Layer: with the checks (imports nothing of the grader).
 """
 from __future__ import annotations
 
@@ -15,13 +13,16 @@ import io
 from dataclasses import asdict, dataclass, field
 
 PASSED, FAILED, NOT_GRADED = "passed", "failed", "not graded"
-STATUSES = (PASSED, FAILED, NOT_GRADED)
+# The grader itself failed (it could not start a grading process, import what it needs, or
+# make its sandbox): the check scores nothing, and a person must look; never the student's fault.
+GRADER_ERROR = "grader error"
+STATUSES = (PASSED, FAILED, NOT_GRADED, GRADER_ERROR)
 
 
 @dataclass
 class CheckResult:
     name: str                     # "correctness", "races", "bank-conflicts", "performance", ...
-    status: str                   # passed / failed / not graded
+    status: str                   # passed / failed / not graded / grader error
     message: str = ""             # the diagnosis, plain text
     points: float = 0.0           # earned, out of max_points
     max_points: float = 1.0
@@ -41,7 +42,7 @@ class CheckResult:
     @property
     def fraction(self) -> float:
         """Earned share of the check's points, 0..1 (0 when not graded)."""
-        if self.status == NOT_GRADED or not self.max_points:
+        if self.status in (NOT_GRADED, GRADER_ERROR) or not self.max_points:
             return 0.0
         return max(0.0, min(1.0, self.points / self.max_points))
 
@@ -53,12 +54,18 @@ class CheckResult:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
     @classmethod
+    def grader_error(cls, name: str, why: str, output: str = "") -> "CheckResult":
+        """The grader failed, not the submission: said so, 0 points, for a person to look at."""
+        return cls(name, GRADER_ERROR, f"grader error: {why}; this is not your code's fault (tell your "
+                   "instructor)", 0.0, details={"grader_error": True}, output=output)
+
+    @classmethod
     def make(cls, name: str, ok: bool, message: str, **kw) -> "CheckResult":
         """passed with full points, or failed with none."""
         return cls(name, PASSED if ok else FAILED, message, points=1.0 if ok else 0.0, **kw)
 
     def text(self) -> str:
-        mark = {PASSED: "PASS", FAILED: "FAIL", NOT_GRADED: "----"}[self.status]
+        mark = {PASSED: "PASS", FAILED: "FAIL", NOT_GRADED: "----", GRADER_ERROR: "ERR!"}[self.status]
         head = f"[{mark}] {self.name}: {self.status}"
         body = "\n".join("    " + line for line in self.message.splitlines())
         out = head + ("\n" + body if body else "")
@@ -67,7 +74,7 @@ class CheckResult:
         return out
 
 
-_COLORS = {PASSED: "#1a7f37", FAILED: "#cf222e", NOT_GRADED: "#6e7781"}
+_COLORS = {PASSED: "#1a7f37", FAILED: "#cf222e", NOT_GRADED: "#6e7781", GRADER_ERROR: "#9a6700"}
 
 
 class CheckReport:
@@ -95,7 +102,12 @@ class CheckReport:
         graded check passed and none failed)."""
         if name is not None:
             return self[name].passed
-        return all(r.status != FAILED for r in self.results)
+        return all(r.status not in (FAILED, GRADER_ERROR) for r in self.results)
+
+    @property
+    def grader_failed(self) -> bool:
+        """A check could not be run because the grader failed (not the submission)."""
+        return any(r.status == GRADER_ERROR for r in self.results)
 
     @property
     def ok(self) -> bool:

@@ -20,8 +20,6 @@ one can be made (only that folder writable, its own process namespace: the
 grading process is out of its sight). The grading process makes itself
 non-dumpable first, so that even without bubblewrap neither ptrace nor
 /proc/PID/fd gives the student's process a way into it.
-
-Layer: kernels and host drivers.
 """
 from __future__ import annotations
 
@@ -46,10 +44,10 @@ import numpy as np
 
 from grader.grading.host_functions import load_function
 from grader.kernels import host_log, transfers
-from grader.platform import sandbox
+from grader.platform import COURSE_ROOT, sandbox
 from grader.platform.backend import drivers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(COURSE_ROOT)
 MAX_MESSAGE = 256 << 20          # bytes: a larger answer is not read
 
 

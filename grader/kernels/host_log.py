@@ -17,8 +17,6 @@ to_gpu / get and In / Out go through).
 
 Also here: the grader's own time of the reference kernel (grader.kernels.timing's one
 timing routine), for the plausibility of a student's timing on a GPU.
-
-Layer: kernels and host drivers (imports the backend, sgemm, stages, perf).
 """
 from __future__ import annotations
 

@@ -6,8 +6,6 @@ device, and the references (scipy's Dijkstra, one float32 Bellman-Ford sweep).
 The graph: a vertex per cell of C, edges between 4-neighbours, the edge
 u -> v weighs C[v] (entering v costs C[v]; the source's own cost is not
 counted, dist = 0 at the source). Sources: the two minimums of C (grader.kernels.top2).
-
-Layer: kernels and host drivers.
 """
 from __future__ import annotations
 

@@ -8,8 +8,6 @@ C >= 0. A minimum is (value, row, col); the two minimums are the two smallest
 entries of C at distinct positions, ties to the smaller row-major index. A
 key is (float bits << 32) | index: for non-negative floats, keys order like
 (value, index).
-
-Layer: kernels and host drivers (imports the backend, the compiler, stages, sgemm).
 """
 from __future__ import annotations
 

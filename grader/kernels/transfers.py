@@ -1,7 +1,5 @@
 """Count the bytes copied device -> host: lab 7's host function must bring
 back only the two minimums' keys, not C.
-
-Layer: kernels and host drivers (imports the backend).
 """
 from __future__ import annotations
 

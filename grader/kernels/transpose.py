@@ -5,8 +5,6 @@ The kernel is (int rows, int cols, const float* in, float* out): `in` is
 rows x cols, `out` cols x rows, both row-major. A block of TILE x TILE threads
 moves one TILE x TILE tile; the grid covers `in` with ceil(cols / TILE) x
 ceil(rows / TILE) blocks (x along the columns of `in`).
-
-Layer: kernels and host drivers (imports the backend, the compiler, stages, sgemm).
 """
 from __future__ import annotations
 

@@ -1,26 +1,23 @@
 """Choose where kernels run: real PyCUDA on a GPU, or the CPU emulator.
 
-GRADER_BACKEND=auto (default) takes the GPU when PyCUDA imports and a CUDA
-device answers; gpu insists on it; emulator never tries.
+The setting GRADER_BACKEND (grader.platform.settings) says which: auto (the
+default) takes the GPU when PyCUDA imports and a CUDA device answers; gpu
+insists on it; emulator never tries.
 
 Nothing happens on import. The choice is made once per process, when it is
 first needed: by `current()` (the front-end's `grader.use_backend()`, which
 also announces it, or the first compile through `grader.platform.compiler`). Choosing
 the emulator installs it as `pycuda`, so that a student's own
 `import pycuda.autoinit` then runs on the CPU.
-
-Layer: imports only the emulator (see README, "Architecture").
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from grader import emulator
 from grader.emulator.pycuda import compiler as emulated_compiler
 from grader.emulator.pycuda import driver as emulated_driver
-
-CHOICES = ("auto", "gpu", "emulator")
+from grader.platform import settings
 
 
 @dataclass(frozen=True)
@@ -56,8 +53,8 @@ def _probe_gpu() -> tuple[bool, str]:
 
 def select(requested: str | None = None) -> Backend:
     """Choose a backend now (installing the emulator when it is the choice)."""
-    requested = (requested or os.environ.get("GRADER_BACKEND", "auto")).strip().lower()
-    if requested not in CHOICES:
+    requested = (requested or settings.current().backend).strip().lower()
+    if requested not in settings.BACKENDS:
         raise ValueError(f"GRADER_BACKEND must be auto, gpu or emulator, not {requested!r}")
     if emulator.installed():
         return Backend("emulator", "CPU emulator, already installed")
@@ -86,6 +83,7 @@ def drivers(on_emulator: bool = False):
     """(pycuda.driver, SourceModule) of the current backend, or of the emulator
     even on a GPU machine (the analysis always runs there)."""
     if on_emulator:
+        settings.current()        # the emulator configured before its first use
         return emulated_driver, emulated_compiler.SourceModule
     current()
     # `pycuda` is resolved now, not at import: the emulator's once current() installed it, else the real one.

@@ -8,8 +8,6 @@ whichever compiler found it (nvcc through real PyCUDA, whose `extern "C"`
 wrapper shifts lines by one; nvcc or g++ inside the emulator). A source that
 does not compile raises CompileFailed, whose message is that log alone: the
 sentence saying so is the caller's, said once.
-
-Layer: backend (imports grader.platform.backend only).
 """
 from __future__ import annotations
 
@@ -18,11 +16,11 @@ import io
 import re
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
+from grader.platform import COURSE_ROOT
 from grader.platform.backend import drivers
 
-SOLUTIONS_DIR = Path(__file__).resolve().parent.parent / "solutions"
+SOLUTIONS_DIR = COURSE_ROOT / "solutions"
 SOURCE_NAME = "kernel.cu"
 
 # nvcc: "kernel.cu(10): error"; g++: "kernel.cu:10:5: error"; either maybe behind a directory.

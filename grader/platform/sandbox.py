@@ -2,8 +2,6 @@
 read-only but for the folders it is given, has no network, and lives in its
 own process namespace (it can neither see nor signal the processes outside);
 probed once per process, with the reason when it cannot be used.
-
-Layer: kernels and host drivers (standard library only).
 """
 from __future__ import annotations
 

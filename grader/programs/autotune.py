@@ -18,7 +18,7 @@ are too few to fill the GPU, also split along K (split_candidates). Per class,
 the fastest (configuration, split) is checked for correctness on awkward shapes
 and at the class's shape (the next fastest when it is wrong). All results go to
 a JSON file, with cuBLAS timed at each shape for comparison, and the winners
-to grader/tuned_configs.json under the GPU's name, one entry per class. On the
+to grader/kernels/tuned_configs.json under the GPU's name, one entry per class. On the
 CPU emulator nothing is timed ("not timed: no GPU"): the candidates are
 checked in sweep order and nothing is written to tuned_configs.json."""
 from __future__ import annotations
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"results: {out}")
     if emulated:
-        print("CPU emulator: grader/tuned_configs.json left as it is")
+        print("CPU emulator: grader/kernels/tuned_configs.json left as it is")
         return 0
     path = args.configs or stages.TUNED_CONFIGS_PATH
     configs = json.loads(Path(path).read_text())

@@ -1,10 +1,10 @@
 """`python -m grader check FILE --exercise ID [--checks a,b] [--seed N] [--json]`:
 grade a .cu file, or the kernel of a notebook, the way a notebook's
 grader.check does (each check in its own process). Exit status 1 when a
-check fails. With --json, stdout holds only the report as JSON (the backend
-inside it). `--stage` is the same option as `--exercise`.
-
-Layer: CLI (imports the front-end).
+check fails, 3 when the grader itself failed (a grader error: not the
+submission's fault), 2 for a wrong command line. With --json, stdout holds
+only the report as JSON (the backend inside it). `--stage` is the same option
+as `--exercise`.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from grader.course.static_values import call_name, code_cells, read_values
 from grader.grading import frontend, registry
 
+GRADER_FAILED = 3
 USAGE = ("usage: python -m grader check FILE(.cu|.ipynb) --exercise ID [--checks a,b] [--seed N] [--json]\n"
          "exercises: " + ", ".join(registry.EXERCISES))
 
@@ -86,4 +87,4 @@ def main(argv: list[str]) -> int:
         return 2
     report = frontend.check(exercise.id, source, checks, seed=args.seed, announce=not args.json)
     print(json.dumps(report.to_dict(), indent=1) if args.json else report.text())
-    return 0 if report.ok else 1
+    return GRADER_FAILED if report.grader_failed else 0 if report.ok else 1

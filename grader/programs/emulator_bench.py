@@ -27,6 +27,7 @@ import numpy as np
 from grader import emulator
 from grader.emulator import analyze
 from grader.kernels import sgemm, stages
+from grader.platform import COURSE_ROOT
 from grader.programs import numba_tiled
 
 TILE = 32  # as in numba_tiled.py
@@ -88,7 +89,7 @@ def barrier_cost(tree: Path, rounds: int) -> tuple[float, bool]:
 
 
 def print_barrier_costs(rounds: int, baseline: Path | None, repeat: int = 3) -> None:
-    here = Path(__file__).resolve().parents[2]
+    here = COURSE_ROOT
     trees = [("this checkout", here)] + ([(f"baseline {baseline}", baseline)] if baseline else [])
     best: dict[str, tuple[float, bool]] = {}
     for _ in range(repeat if baseline else 1):      # in alternation: both see the same machine load

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader import emulator
+from grader.platform import COURSE_ROOT, settings
 
 FILES = ("test_driver.py", "test_gpuarray.py", "test_cumath.py")
 OUTCOMES = ("passed", "failed", "not supported", "skipped")
@@ -57,7 +58,9 @@ NOT_SUPPORTED_MARK = "NotSupported"
 
 def pytest_configure(config) -> None:
     """Loaded by pytest (-p grader.programs.emulator_compat): `pycuda` is the emulator,
-    with contexts as on a GPU (PyCUDA's tests make and pop their own)."""
+    with contexts as on a GPU (PyCUDA's tests make and pop their own), configured by the settings
+    this process was started with."""
+    settings.current()
     emulator.install(contexts_like_a_gpu=True)
 
 
@@ -76,7 +79,7 @@ def _reason(element) -> str:
 
 def run_file(source: Path, name: str, device_memory_gb: float, timeout: float) -> list[Result]:
     """Runs one of PyCUDA's test files on the emulator; one Result per test."""
-    repo = Path(__file__).resolve().parents[2]
+    repo = COURSE_ROOT
     with tempfile.TemporaryDirectory(prefix="pycuda-compat-") as tmp:
         report = Path(tmp, "report.xml")
         env = dict(os.environ, PYTHONPATH=str(repo), GRADER_EMULATOR_DEVICE_MEMORY=str(int(device_memory_gb * 2**30)),
@@ -129,7 +132,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 def run_example(path: Path, real: bool, with_autoinit: bool, timeout: float) -> dict:
     """One example in a fresh process and folder: its exit status, the last line
     of its error output and its first printed lines."""
-    repo = Path(__file__).resolve().parents[2]
+    repo = COURSE_ROOT
     with tempfile.TemporaryDirectory(prefix="pycuda-example-") as tmp:
         wrapper = Path(tmp, "run_example.py")
         wrapper.write_text(_WRAPPER.format(autoinit="import pycuda.autoinit\n" if with_autoinit else ""))

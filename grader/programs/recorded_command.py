@@ -6,7 +6,9 @@ import os
 import shlex
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from grader.platform import COURSE_ROOT
+
+ROOT = COURSE_ROOT
 
 
 def recorded_command(module: str, argv: list[str], environ=os.environ) -> str:

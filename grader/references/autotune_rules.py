@@ -14,8 +14,6 @@ c: a dict of grader.kernels.stages.WARPTILE_PARAMS; limits: a grader.platform.de
 And what a search calls for each configuration it keeps: WarptileTuner(source)
 .check(c) (correct on small shapes, on the active backend) and .time(c) (the
 median of 20 timed runs at 4096^3 on a GPU, inf elsewhere).
-
-Layer: kernels and host drivers.
 """
 from __future__ import annotations
 
@@ -28,9 +26,9 @@ from grader.emulator.analysis import bank_wavefronts
 from grader.kernels import sgemm, timing
 from grader.kernels.stages import WARPTILE_PARAMS as PARAMS
 from grader.kernels.stages import stage, warptile_shared_bytes
+from grader.platform import devices
 from grader.platform.backend import drivers
 from grader.platform.compiler import CompileFailed, compile_kernels
-from grader.platform import devices
 
 REGISTER_OVERHEAD = 40        # addresses, indices, loop counters: measured 34-45 with ptxas -v
 

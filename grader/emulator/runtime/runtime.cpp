@@ -94,8 +94,7 @@ static size_t stack_colour(size_t i) { return (i * kColourStep) % kColourSpan; }
 static bool ensure_stacks(size_t n) {
     if (n <= stack_count) return true;
     if (stacks) munmap(stacks, stack_stride * stack_count);
-    const char* env = getenv("GRADER_EMULATOR_STACK_KB");
-    stack_size = (env ? strtoul(env, nullptr, 10) : 256) * 1024;
+    stack_size = 256 * 1024;
     stack_stride = stack_size + kColourSpan + page_size();  // one guard page below each stack
     void* p = mmap(nullptr, stack_stride * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) { stacks = nullptr; stack_count = 0; return false; }

@@ -9,7 +9,7 @@ SGEMM stages (a function run(stage, source, seed) per module):
                     permuted thread orders compared with the normal run
     bank_conflicts  emulator analysis: shared-memory bank conflicts (graded where the stage
                     requires none)
-    performance     GPU only: GFLOPS against cuBLAS and the threshold in grader/thresholds.json
+    performance     GPU only: GFLOPS against cuBLAS and the threshold in grader/grading/checks/thresholds.json
 
 Labs 3 and 4: minimums (top-2, fused SGEMM + top-2, the host function) and
 sssp (distances, path).
@@ -18,7 +18,4 @@ A check never raises for anything the student's code does: a failed compile
 or launch becomes a failed grader.grading.report.CheckResult. The registry that names
 them and binds their parameters, so that every check is run(submission,
 seed), is grader.grading.registry; grader.grading.isolation runs each in its own process.
-
-Layer: checks (import the kernels and host drivers, the compiler, the backend,
-the report; never the front-end).
 """

@@ -28,10 +28,12 @@ from grader.grading.checks import emulator_tools as analysis
 from grader.grading.checks.common import (
     GUARD_BITS,
     does_not_compile,
+    launch_budget,
     launch_errors,
     launch_failure,
     start_stage_collect,
 )
+from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import sgemm
 from grader.platform.backend import drivers
@@ -102,7 +104,7 @@ def _alloc(driver, floats: int):
     return driver.to_device(host), host
 
 
-def collect_case(driver, function, stage, case: Case, rng) -> tuple[dict, np.ndarray | None]:
+def collect_case(driver, function, stage, case: Case, rng, index: int) -> tuple[dict, np.ndarray | None]:
     """One case's launch, nothing judged: (the analysis' findings, the launch failure and where A, B and C
     lay; C with its guard zones as uint32, when the launch ran without findings)."""
     M, N, K = case.M, case.N, case.K
@@ -118,7 +120,8 @@ def collect_case(driver, function, stage, case: Case, rng) -> tuple[dict, np.nda
                         "C": (int(c), 4 * host.size)}, "failure": None}
     with analysis.thread_order(0), analysis.analysis() as report:
         try:
-            sgemm.launch_kernel(function, stage.launch(M, N, K), M, N, K, *pointers.values())
+            with launch_budget((NAME, stage.id, index)):
+                sgemm.launch_kernel(function, stage.launch(M, N, K), M, N, K, *pointers.values())
         except launch_errors(driver) as e:
             data["failure"] = launch_failure(driver, e)
     data["report"] = analysis.report_data(report)
@@ -165,31 +168,28 @@ def judge_case(case: Case, data: dict, host, rng) -> tuple[list[str], bool]:
     return problems, misaligned
 
 
-def run(stage, source: str, seed: int | None = None) -> CheckResult:
-    """The check in one process (tests, tools): judge(collect(...))."""
-    return judge(stage, *collect(stage, source, seed), gpu=False)
 
-
-def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
+def collect(source: str, seed: int, ctx: Context) -> Outputs:
     """Every case's launch, nothing judged."""
-    meta, function = start_stage_collect(stage, source, seed, on_emulator=True)
+    stage = ctx.stage
+    meta, function = start_stage_collect(stage, source, on_emulator=True)
     meta["cases"] = []
     if function is None:
         return meta, {}
     driver, _ = drivers(on_emulator=True)
-    rng = np.random.default_rng(meta["seed"])
+    rng = np.random.default_rng(seed)
     arrays = {}
     for i, case in enumerate(CASES):
-        data, host = collect_case(driver, function, stage, case, rng)
+        data, host = collect_case(driver, function, stage, case, rng, i)
         meta["cases"].append(data)
         if host is not None:
             arrays[f"C{i}"] = host
     return meta, arrays
 
 
-def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     """The verdict on collect()'s outputs: the inputs made again from the seed."""
-    seed = int(meta["seed"])
+    meta, arrays = outputs
     if meta.get("compile_error") is not None:
         return does_not_compile(NAME, meta["compile_error"], seed)
     rng = np.random.default_rng(seed)
@@ -207,3 +207,6 @@ def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
         f" (K or N not multiples of 4, A, B, C views off 16-byte boundaries; emulator analysis, random seed {seed})"
     text = head + "\n" + "\n".join(lines) + ("\n" + FALLBACK if misaligned else "")
     return CheckResult.make(NAME, not failed, text, details={"seed": seed}, output=meta.get("log", ""))
+
+
+CHECK = Check(NAME, collect, judge, timeout=240)

@@ -31,6 +31,8 @@ import dataclasses
 
 from grader.grading import student_process
 from grader.grading.checks import performance
+from grader.grading.checks.common import function_check
+from grader.grading.protocol import Context, run_here
 from grader.grading.report import FAILED, NOT_GRADED, CheckResult
 from grader.kernels import timing
 from grader.kernels.stages import stage, tuned_config
@@ -354,10 +356,16 @@ def run_search_gpu(source: str, seed: int | None = None) -> CheckResult:
         return CheckResult.make(name, False, f"your search chose {describe(chosen)}, which the grader's rules "
                                 f"reject ({why[0]})", details={"seed": seed})
     st = dataclasses.replace(stage("autotuned"), defines=chosen)
-    result = performance.run(st, stage("warptiling").source(), seed=seed)
+    result = run_here(performance.CHECK, stage("warptiling").source(), seed, Context("autotuned", st, timing.on_gpu()))
     result.name = name
     result.message = (f"your search chose {describe(chosen)} from {len(cands)} candidates; its kernel "
                       f"(solutions/warptiling.cu), against the autotuned stage's threshold:\n" + result.message)
     if result.status == NOT_GRADED:
         result.status = FAILED
     return result
+
+
+VIOLATIONS_CHECKS = (function_check("rules-tiles", run_rules_tiles, 120),
+                     function_check("rules-resources", run_rules_resources, 120))
+SEARCH_CHECKS = (function_check("search-fake-space", run_search_fake, 120),
+                 function_check("search-tuned-performance", run_search_gpu, 600))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html as _html
 
 from grader.grading.checks import analysed_launch
+from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import FAILED, NOT_GRADED, PASSED, CheckResult
 
 NAME = "bank-conflicts"
@@ -17,18 +18,16 @@ def shape(stage) -> tuple[int, int, int]:
     return (128, 128, 32) if big else (64, 64, 32)
 
 
-def run(stage, source: str, seed: int | None = None) -> CheckResult:
-    """The check in one process (tests, tools): judge(collect(...))."""
-    return judge(stage, *collect(stage, source, seed), gpu=False)
 
-
-def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
+def collect(source: str, seed: int, ctx: Context) -> Outputs:
     """What the kernel did, nothing judged: C and the analysis' shared-memory records of one launch."""
-    return analysed_launch.collect(NAME, stage, source, seed, shape(stage))
+    return analysed_launch.collect(NAME, ctx.stage, source, shape(ctx.stage))
 
 
-def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     """The verdict on collect()'s outputs."""
+    meta, arrays = outputs
+    stage = ctx.stage
     graded = bool(stage.bank_conflict_free)
     M, N, K = shape(stage)
     judged = analysed_launch.outputs(NAME, meta, arrays, (M, N, K), graded)
@@ -59,3 +58,6 @@ def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
     ok = ld + st == 0 and not records and computed.ok
     return CheckResult(NAME, PASSED if ok else FAILED, text, 1.0 if ok else 0.0, html=html or None,
                        details=details, output=log)
+
+
+CHECK = Check(NAME, collect, judge, timeout=240)

@@ -16,7 +16,8 @@ import html as _html
 import numpy as np
 
 from grader.grading.checks import emulator_tools as analysis
-from grader.grading.checks.common import launch_errors, launch_failure, new_seed, returned_matrix, run_guarded
+from grader.grading.checks.common import launch_budget, launch_errors, launch_failure, returned_matrix, run_guarded
+from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import sgemm
 from grader.platform.backend import drivers
@@ -27,7 +28,7 @@ SHOW = 3
 
 # Valid for the bank-conflict-free stage (BM, BN multiples of 32, BK of 8, TM, TN of 4, the tiles of A and B
 # split over whole warps), each unlike the stage's (128, 128, 8, 8, 8) in BM, BK and TM or TN. For the
-# warptiling stage, two of the H200's tuned configurations (grader/tuned_configs.json: small squares and
+# warptiling stage, two of the H200's tuned configurations (grader/kernels/tuned_configs.json: small squares and
 # tall-skinny shapes), unlike its own in BM or BN, BK, the warp tile, the threads and the stages.
 CONFIGS = {
     "bank-conflict-free": ({"BM": 64, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
@@ -87,7 +88,8 @@ def _collect_config(stage, source: str, d: dict, rng, driver, index: int, arrays
         for j, (M, N, K) in enumerate(shapes(d)):
             A, B = sgemm.random_inputs(M, N, K, rng)
             try:
-                C, before, after = run_guarded(driver, function, stage.launch(M, N, K, d), A, B)
+                with launch_budget((NAME, stage.id, index, j)):
+                    C, before, after = run_guarded(driver, function, stage.launch(M, N, K, d), A, B)
             except launch_errors(driver) as e:      # the message names the line, block and thread
                 data["shapes"].append({"failure": launch_failure(driver, e)})
                 break
@@ -146,25 +148,21 @@ def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict) -> tuple[b
     return ok, lines, html
 
 
-def run(stage, source: str, seed: int | None = None) -> CheckResult:
-    """The check in one process (tests, tools): judge(collect(...))."""
-    return judge(stage, *collect(stage, source, seed), gpu=False)
 
-
-def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
+def collect(source: str, seed: int, ctx: Context) -> Outputs:
     """Every configuration's launches, nothing judged."""
-    seed = new_seed() if seed is None else int(seed)
     driver, _ = drivers(on_emulator=True)
     rng = np.random.default_rng(seed)
     arrays: dict = {}
-    meta = {"seed": seed, "configs": [_collect_config(stage, source, d, rng, driver, i, arrays)
-                                      for i, d in enumerate(configs(stage))]}
+    meta = {"configs": [_collect_config(ctx.stage, source, d, rng, driver, i, arrays)
+                        for i, d in enumerate(configs(ctx.stage))]}
     return meta, arrays
 
 
-def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     """The verdict on collect()'s outputs: the inputs made again from the seed."""
-    seed = int(meta["seed"])
+    meta, arrays = outputs
+    stage = ctx.stage
     rng = np.random.default_rng(seed)
     ok_all, lines, html, failed = True, [], None, []
     collected = list(meta.get("configs", []))
@@ -186,3 +184,6 @@ def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
                 f"({', '.join(configs(stage)[0])}) belongs, or a padding that only works for one of them? "
                 f"(random seed {seed})")
     return CheckResult.make(NAME, ok_all, head + "\n" + "\n".join(lines), html=html, details={"seed": seed})
+
+
+CHECK = Check(NAME, collect, judge, timeout=240)

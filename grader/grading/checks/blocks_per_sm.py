@@ -24,7 +24,7 @@ import numbers
 import numpy as np
 
 from grader.grading import student_process
-from grader.grading.checks.common import new_seed
+from grader.grading.checks.common import function_check, new_seed
 from grader.grading.report import NOT_GRADED, CheckResult
 from grader.kernels.stages import stage
 from grader.platform import devices
@@ -226,3 +226,6 @@ def run_table(source: str, seed: int | None = None) -> CheckResult:
 def run_cuda(source: str, seed: int | None = None) -> CheckResult:
     function, failed = _loaded(CUDA, source, seed)
     return failed or run_cuda_function(function, seed)
+
+
+CHECKS = (function_check(TABLE, run_table, 120), function_check(CUDA, run_cuda))

@@ -11,6 +11,7 @@ import html as _html
 import re
 
 from grader.grading.checks import analysed_launch
+from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import FAILED, NOT_GRADED, PASSED, CheckResult
 
 NAME = "coalescing"
@@ -48,20 +49,17 @@ def describe(record) -> str:
     return text + ": coalesced"
 
 
-def run(stage, source: str, seed: int | None = None) -> CheckResult:
-    """The check in one process (tests, tools): judge(collect(...))."""
-    return judge(stage, *collect(stage, source, seed), gpu=False)
 
 
-
-def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
+def collect(source: str, seed: int, ctx: Context) -> Outputs:
     """What the kernel did, nothing judged: C and the analysis' global-memory records of one launch."""
-    return analysed_launch.collect(NAME, stage, source, seed, SHAPE)
+    return analysed_launch.collect(NAME, ctx.stage, source, SHAPE)
 
 
-def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     """The verdict on collect()'s outputs."""
-    graded = stage.id in GRADED
+    meta, arrays = outputs
+    graded = ctx.stage.id in GRADED
     M, N, K = SHAPE
     judged = analysed_launch.outputs(NAME, meta, arrays, SHAPE, graded)
     if isinstance(judged, CheckResult):
@@ -97,3 +95,6 @@ def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
     ok = not bad and bool(records) and computed.ok
     return CheckResult(NAME, PASSED if ok else FAILED, text, 1.0 if ok else 0.0, html=html or None,
                        details=details, output=log)
+
+
+CHECK = Check(NAME, collect, judge, timeout=240)

@@ -19,7 +19,6 @@ from grader import emulator
 from grader.grading.report import CheckResult
 from grader.kernels.sgemm import POISON_BITS, launch_kernel
 from grader.kernels.stages import Launch, Stage
-from grader.kernels.timing import on_gpu
 from grader.platform.compiler import CompileFailed, Kernels, compile_kernels
 
 # The bit pattern written around C: a signalling NaN no float arithmetic produces.
@@ -27,14 +26,17 @@ GUARD_BITS = np.uint32(0x7FBADBAD)
 DOES_NOT_COMPILE = "the kernel does not compile:"
 DID_NOT_FINISH = "the kernel did not finish"
 
-# A launch of the student's kernel on the emulator is stopped once it has run
-# HANG_FACTOR times as long as the reference kernel on the same launch (same
-# shape, same mode: plain or analysed), and never before HANG_FLOOR_S seconds.
-# On a GPU a launch cannot be stopped alone: in a grading process (end_process_past_budget) the
-# whole process is then ended by SIGALRM, which grader.grading.isolation reports as a kernel that did not finish.
+# A launch of the student's kernel is stopped once it has run HANG_FACTOR times
+# as long as the reference solution's same launch (the same check's same
+# `launch_budget` block, timed in a trusted process before: Context.budgets),
+# and never before HANG_FLOOR_S seconds. On the emulator the launch alone is
+# stopped; on a GPU a launch cannot be, so the grading process is ended by
+# SIGALRM (end_process_past_budget), which grader.grading.isolation reports as
+# a kernel that did not finish.
 HANG_FACTOR = 100
 HANG_FLOOR_S = 5.0
-_reference_seconds: dict = {}
+_budgets: dict[str, float] = {}
+_measured: dict[str, float] | None = None
 _budget_text = ""
 _alarm = False
 
@@ -51,32 +53,39 @@ def budget_seconds(reference_seconds: float) -> float:
     return max(HANG_FLOOR_S, HANG_FACTOR * reference_seconds)
 
 
-def _reference_time(key, reference) -> float | None:
-    """The faster of two runs of `reference()` (the first pays for loading the module), once per key."""
-    if key not in _reference_seconds:
-        times = []
-        try:
-            for _ in range(2):
-                start = time.perf_counter()
-                reference()
-                times.append(time.perf_counter() - start)
-            _reference_seconds[key] = min(times)
-        except Exception:             # the reference itself failed (a grader bug): no derived budget
-            _reference_seconds[key] = None
-    return _reference_seconds[key]
+def use_budgets(budgets: dict[str, float], measure: bool = False) -> None:
+    """The reference's seconds per budget key for this process's launches; with `measure` (the
+    reference solution's own run), record them instead (measured_budgets())."""
+    global _budgets, _measured
+    _budgets = dict(budgets)
+    _measured = {} if measure else None
+
+
+def measured_budgets() -> dict[str, float]:
+    return dict(_measured or {})
+
+
+def budget_key(key) -> str:
+    return "/".join(str(k) for k in (key if isinstance(key, tuple) else (key,)))
 
 
 @contextlib.contextmanager
-def launch_budget(key, reference, emulated: bool = True):
-    """Emulated launches inside stop after budget_seconds(the reference's time),
-    `reference()` running the reference kernel on the same launch (timed once
-    per key in this process). Real GPU launches cannot be stopped one by one:
-    in a grading process the process is ended past the same budget (see
-    end_process_past_budget); elsewhere nothing stops them."""
+def launch_budget(key, emulated: bool = True):
+    """The launches inside run within budget_seconds(the reference's time for the same block); in the
+    reference's own run, the block is timed instead."""
     global _budget_text
+    name = budget_key(key)
+    if _measured is not None:       # the launches' own time on the emulator (not the builds a block may make)
+        clock = emulator.launch_seconds if emulated else time.perf_counter
+        start = clock()
+        try:
+            yield None
+        finally:
+            _measured[name] = max(_measured.get(name, 0.0), clock() - start)
+        return
+    ref = _budgets.get(name)
     if not emulated:
-        ref = _reference_time(key, reference) if _alarm else None
-        if ref is None:
+        if ref is None or not _alarm:
             yield None
             return
         signal.setitimer(signal.ITIMER_REAL, budget_seconds(ref))
@@ -85,7 +94,6 @@ def launch_budget(key, reference, emulated: bool = True):
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         return
-    ref = _reference_time(key, reference)
     old = emulator.launch_timeout()
     budget = old if ref is None else min(old, budget_seconds(ref))
     _budget_text = (f"stopped after {budget:.1f} s" + ("" if ref is None else
@@ -96,21 +104,6 @@ def launch_budget(key, reference, emulated: bool = True):
         yield budget
     finally:
         emulator.set_launch_timeout(old)
-
-
-@contextlib.contextmanager
-def reference_budget(key, kernels: Kernels, launches, on_emulator: bool = False):
-    """launch_budget for a check of labs 4, 7 and 8: `launches(functions)` makes the check's launches;
-    made with the reference solution's functions, they set the budget of the student's launches inside."""
-    functions: dict = {}
-
-    def reference():
-        if not functions:             # compiled in the first of the two timed runs only
-            functions.update(kernels.compile(on_emulator=on_emulator)[0])
-        launches(functions)
-
-    with launch_budget(key, reference, emulated=on_emulator or not on_gpu()) as budget:
-        yield budget
 
 
 def compile_function(stage: Stage, source: str, on_emulator: bool = False):
@@ -125,18 +118,15 @@ def does_not_compile(name: str, error: CompileFailed | str, seed: int | None = N
                             details={} if seed is None else {"seed": seed})
 
 
-def split_run(collect, judge):
-    """run(source, seed) of a check split into collect() (what the kernel did, in the grading process)
-    and judge() (the verdict, in the process that started it): both here, for tests and tools."""
-    def run(source: str, seed: int | None = None) -> CheckResult:
-        return judge(*collect(source, seed), gpu=on_gpu())
-    return run
+def not_compiled(name: str, meta: dict, seed: int | None = None) -> CheckResult | None:
+    """does_not_compile() when collect() found the source does not compile, else None."""
+    return None if meta.get("compile_error") is None else does_not_compile(name, meta["compile_error"], seed)
 
 
-def start_stage_collect(stage: Stage, source: str, seed: int | None, on_emulator: bool = False):
-    """How collect() of an SGEMM stage's check starts: (meta with the seed and the compiler's log or error,
+def start_stage_collect(stage: Stage, source: str, on_emulator: bool = False):
+    """How collect() of an SGEMM stage's check starts: (meta with the compiler's log or error,
     the stage's kernel as a Function, or None when the source does not compile)."""
-    meta = {"seed": new_seed() if seed is None else int(seed), "log": "", "compile_error": None}
+    meta = {"log": "", "compile_error": None}
     try:
         function, meta["log"] = compile_function(stage, source, on_emulator)
     except CompileFailed as e:
@@ -145,10 +135,10 @@ def start_stage_collect(stage: Stage, source: str, seed: int | None, on_emulator
     return meta, function
 
 
-def start_collect(kernels: Kernels, source: str, seed: int | None, on_emulator: bool = False):
-    """How collect() of a check of labs 4, 7 and 8 starts: (meta with the seed and the compiler's log or
+def start_collect(kernels: Kernels, source: str, on_emulator: bool = False):
+    """How collect() of a check of labs 4, 7 and 8 starts: (meta with the compiler's log or
     error, {kernel: Function} or None when the source does not compile)."""
-    meta = {"seed": new_seed() if seed is None else int(seed), "log": "", "compile_error": None}
+    meta = {"log": "", "compile_error": None}
     try:
         functions, meta["log"] = kernels.compile(source, on_emulator=on_emulator)
     except CompileFailed as e:
@@ -239,3 +229,10 @@ def returned_matrix(value, shape: tuple) -> np.ndarray | None:
 
 def new_seed() -> int:
     return int(np.random.SeedSequence().entropy % 2**32)
+
+
+def function_check(name: str, run, timeout: float = 300.0):
+    """TEMPORARY: a Python-function check whose run(source, seed) computes the verdict in the grading process."""
+    from grader.grading.protocol import FUNCTION_HANG, Check
+    return Check(name, lambda source, seed, ctx: ({"result": run(source, seed).to_dict()}, {}),
+                 lambda outputs, seed, ctx: CheckResult.from_dict(outputs[0]["result"]), timeout, FUNCTION_HANG)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from grader.grading.checks.common import (
-    compile_function,
     did_not_finish,
     guard_problems,
     launch_budget,
@@ -15,9 +14,9 @@ from grader.grading.checks.common import (
     run_guarded,
     start_stage_collect,
 )
+from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import CheckResult, png_base64
 from grader.kernels import sgemm
-from grader.kernels.timing import on_gpu
 from grader.platform.backend import drivers
 
 NAME = "correctness"
@@ -54,35 +53,21 @@ def heatmap(bad: np.ndarray, title: str) -> str:
     return png_base64(fig)
 
 
-def run(stage, source: str, seed: int | None = None) -> CheckResult:
-    """The check in one process (tests, tools): judge(collect(...))."""
-    return judge(stage, *collect(stage, source, seed), gpu=on_gpu())
 
-
-def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
-    """What the student's kernel did, and nothing judged: (meta, arrays). The
-    grading process runs this; the verdict is computed by judge() in the
-    process that started it, from these outputs and the seed alone (a kernel
-    that scribbled over the grading process's memory cannot forge it)."""
-    meta, function = start_stage_collect(stage, source, seed)
+def collect(source: str, seed: int, ctx: Context) -> Outputs:
+    """What the student's kernel did, and nothing judged: C and its guard zones per shape."""
+    stage, gpu = ctx.stage, ctx.gpu
+    meta, function = start_stage_collect(stage, source)
     meta["shapes"], arrays = [], {}
     if function is None:
         return meta, arrays
-    rng = np.random.default_rng(meta["seed"])
+    rng = np.random.default_rng(seed)
     driver, _ = drivers()
-    gpu = on_gpu()
-    reference = []
-
-    def run_reference(launch, A, B):
-        if not reference:
-            reference.append(compile_function(stage, stage.source())[0])
-        run_guarded(driver, reference[0], launch, A, B)
-
     for i, (M, N, K) in enumerate(shapes(gpu)):
         A, B = sgemm.random_inputs(M, N, K, rng)
         launch = stage.launch(M, N, K)
         try:
-            with launch_budget((NAME, stage.id, M, N, K), lambda: run_reference(launch, A, B), emulated=not gpu):
+            with launch_budget((NAME, stage.id, M, N, K), emulated=not gpu):
                 C, before, after = run_guarded(driver, function, launch, A, B)
         except launch_errors(driver) as e:     # a failed launch: the message says which
             meta["shapes"].append({"failure": launch_failure(driver, e), "stopped": did_not_finish(e)})
@@ -94,10 +79,11 @@ def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
     return meta, arrays
 
 
-def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     """The verdict on collect()'s outputs: the inputs are made again from the
     seed, here; anything missing or malformed is wrong."""
-    seed = int(meta["seed"])
+    meta, arrays = outputs
+    gpu = ctx.gpu
     if meta.get("compile_error") is not None:
         return CheckResult.make(NAME, False, f"the kernel does not compile:\n{meta['compile_error']}",
                                 details={"seed": seed})
@@ -145,3 +131,6 @@ def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
     details = {"seed": seed, **({"did_not_finish": True} if stopped else {})}
     return CheckResult.make(NAME, ok_all, head + "\n" + "\n".join(lines), figure=figure,
                             details=details, output=meta.get("log", ""))
+
+
+CHECK = Check(NAME, collect, judge, timeout=240)

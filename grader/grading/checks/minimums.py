@@ -24,14 +24,15 @@ from grader.grading import student_process
 from grader.grading.checks import emulator_tools as analysis
 from grader.grading.checks.common import (
     does_not_compile,
+    function_check,
+    launch_budget,
     launch_errors,
     launch_failure,
     new_seed,
-    reference_budget,
     returned_matrix,
-    split_run,
     start_collect,
 )
+from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import sgemm, top2
 from grader.kernels.sgemm import driver_of
@@ -119,11 +120,11 @@ def _reference_c_problem(C, A, B, what: str) -> str | None:
     return None
 
 
-def collect_top2(source: str, seed: int | None = None) -> tuple[dict, dict]:
-    meta, fns = start_collect(top2.TOP2, source, seed)
+def collect_top2(source: str, seed: int, ctx: Context) -> Outputs:
+    meta, fns = start_collect(top2.TOP2, source)
     if fns is None:
         return meta, {}
-    rng = np.random.default_rng(meta["seed"])
+    rng = np.random.default_rng(seed)
     drv = driver_of(fns["top2"])
     cases = adversarial(rng)
     M, N, K = TOP2_SGEMM_SHAPE
@@ -136,23 +137,24 @@ def collect_top2(source: str, seed: int | None = None) -> tuple[dict, dict]:
         return found
 
     meta["cases"] = []
-    with reference_budget(("top2-exact",), top2.TOP2, lambda ref: [keys(ref, x) for _, x in cases]):
-        for what, x in cases:
-            try:
+    try:
+        for i, (what, x) in enumerate(cases):
+            with launch_budget(("top2-exact", i), emulated=not ctx.gpu):
                 meta["cases"].append({"keys": list(keys(fns, x))})
-            except launch_errors(drv) as e:
-                meta["cases"].append({"failure": launch_failure(drv, e)})
-                return meta, {}
         c, _, _ = top2.sgemm_on_device(A, B)
         C = np.empty((M, N), np.float32)
         drv.memcpy_dtoh(C, c)
-        meta["sgemm_keys"] = list(top2.top2_keys(fns["top2"], c, M * N))
+        with launch_budget(("top2-exact", "sgemm"), emulated=not ctx.gpu):
+            meta["sgemm_keys"] = list(top2.top2_keys(fns["top2"], c, M * N))
         c.free()
+    except launch_errors(drv) as e:
+        meta["cases"].append({"failure": launch_failure(drv, e)})
+        return meta, {}
     return meta, {"C": C}
 
 
-def judge_top2(meta: dict, arrays: dict, gpu: bool, name: str = "top2-exact") -> CheckResult:
-    seed = int(meta["seed"])
+def judge_top2(outputs: Outputs, seed: int, ctx: Context, name: str = "top2-exact") -> CheckResult:
+    meta, arrays = outputs
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
     rng = np.random.default_rng(seed)
@@ -192,31 +194,27 @@ def judge_top2(meta: dict, arrays: dict, gpu: bool, name: str = "top2-exact") ->
 
 def _collect_races(kernels, source: str, seed, launch) -> tuple[dict, dict]:
     """Emulator analysis of one launch plus permuted thread orders; launch(fns, rng) -> keys."""
-    meta, fns = start_collect(kernels, source, seed, on_emulator=True)
+    meta, fns = start_collect(kernels, source, on_emulator=True)
     if fns is None:
         return meta, {}
     drv = drivers(on_emulator=True)[0]
 
-    def analysed(functions):
-        with analysis.thread_order(0), analysis.analysis() as report:
-            return list(launch(functions, np.random.default_rng(meta["seed"]))), report
-
-    with reference_budget((kernels.file, "races"), kernels, analysed, on_emulator=True):
-        try:
-            meta["keys"], report = analysed(fns)
-            meta["report"] = analysis.report_data(report)
-            meta["orders"] = []
-            for s in RACES_ORDERS:
-                with analysis.thread_order(s):
-                    keys = launch(fns, np.random.default_rng(meta["seed"]))
-                meta["orders"].append({"seed": s, "keys": list(keys)})
-        except launch_errors(drv) as e:
-            meta["failure"] = launch_failure(drv, e)
+    try:
+        with launch_budget((kernels.file, "races", "analysed")), analysis.thread_order(0), \
+                analysis.analysis() as report:
+            meta["keys"] = list(launch(fns, np.random.default_rng(seed)))
+        meta["report"] = analysis.report_data(report)
+        meta["orders"] = []
+        for s in RACES_ORDERS:
+            with launch_budget((kernels.file, "races", "plain")), analysis.thread_order(s):
+                keys = launch(fns, np.random.default_rng(seed))
+            meta["orders"].append({"seed": s, "keys": list(keys)})
+    except launch_errors(drv) as e:
+        meta["failure"] = launch_failure(drv, e)
     return meta, {}
 
 
-def _judge_races(meta: dict, name: str) -> CheckResult:
-    seed = int(meta["seed"])
+def _judge_races(meta: dict, seed: int, name: str) -> CheckResult:
     log = meta.get("log", "")
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
@@ -260,12 +258,12 @@ def _launch_top2(fns, rng):
     return keys
 
 
-def collect_top2_races(source: str, seed: int | None = None) -> tuple[dict, dict]:
+def collect_top2_races(source: str, seed: int, ctx: Context) -> Outputs:
     return _collect_races(top2.TOP2, source, seed, _launch_top2)
 
 
-def judge_top2_races(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
-    return _judge_races(meta, "top2-races")
+def judge_top2_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+    return _judge_races(outputs[0], seed, "top2-races")
 
 
 def fused_cases(rng):
@@ -282,29 +280,28 @@ def fused_cases(rng):
     return cases
 
 
-def collect_fused(source: str, seed: int | None = None) -> tuple[dict, dict]:
-    meta, fns = start_collect(top2.FUSED, source, seed)
+def collect_fused(source: str, seed: int, ctx: Context) -> Outputs:
+    meta, fns = start_collect(top2.FUSED, source)
     if fns is None:
         return meta, {}
     drv = driver_of(fns["sgemm_top2"])
-    cases = fused_cases(np.random.default_rng(meta["seed"]))
+    cases = fused_cases(np.random.default_rng(seed))
     meta["cases"], arrays = [], {}
-    with reference_budget(("sgemm-top2-exact",), top2.FUSED,
-                          lambda ref: [top2.fused_keys(ref["sgemm_top2"], A, B) for _, A, B in cases]):
-        for i, (_, A, B) in enumerate(cases):
-            try:
+    for i, (_, A, B) in enumerate(cases):
+        try:
+            with launch_budget(("sgemm-top2-exact", i), emulated=not ctx.gpu):
                 k1, k2, C = top2.fused_keys(fns["sgemm_top2"], A, B, keep_c=True)
-            except launch_errors(drv) as e:
-                meta["cases"].append({"failure": launch_failure(drv, e)})
-                break
-            meta["cases"].append({"keys": [k1, k2]})
-            arrays[f"C{i}"] = C
+        except launch_errors(drv) as e:
+            meta["cases"].append({"failure": launch_failure(drv, e)})
+            break
+        meta["cases"].append({"keys": [k1, k2]})
+        arrays[f"C{i}"] = C
     return meta, arrays
 
 
-def judge_fused(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+def judge_fused(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+    meta, arrays = outputs
     name = "sgemm-top2-exact"
-    seed = int(meta["seed"])
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
     lines, ok = [], True
@@ -347,18 +344,18 @@ def _launch_fused(fns, rng):
     return k1, k2
 
 
-def collect_fused_races(source: str, seed: int | None = None) -> tuple[dict, dict]:
+def collect_fused_races(source: str, seed: int, ctx: Context) -> Outputs:
     return _collect_races(top2.FUSED, source, seed, _launch_fused)
 
 
-def judge_fused_races(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
-    return _judge_races(meta, "sgemm-top2-races")
+def judge_fused_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+    return _judge_races(outputs[0], seed, "sgemm-top2-races")
 
 
-run_top2 = split_run(collect_top2, judge_top2)
-run_top2_races = split_run(collect_top2_races, judge_top2_races)
-run_fused = split_run(collect_fused, judge_fused)
-run_fused_races = split_run(collect_fused_races, judge_fused_races)
+TOP2_CHECKS = (Check("top2-exact", collect_top2, judge_top2, timeout=300),
+               Check("top2-races", collect_top2_races, judge_top2_races, timeout=300))
+FUSED_CHECKS = (Check("sgemm-top2-exact", collect_fused, judge_fused, timeout=300),
+                Check("sgemm-top2-races", collect_fused_races, judge_fused_races, timeout=300))
 
 
 def run_host(function, seed: int | None = None) -> CheckResult:
@@ -412,3 +409,6 @@ def run_host_source(source: str, seed: int | None = None) -> CheckResult:
         return CheckResult.make("host-transfers", False, f"your code does not define {HOST_FUNCTION}(A, B): "
                                 f"{type(e).__name__}: {e}", details={"seed": seed})
     return run_host(function, seed)
+
+
+HOST_CHECKS = (function_check("host-transfers", run_host_source),)

@@ -24,17 +24,16 @@ from grader.grading.checks.common import (
     did_not_finish,
     does_not_compile,
     guard_problems,
+    launch_budget,
     launch_errors,
     launch_failure,
-    reference_budget,
     returned_matrix,
-    split_run,
     start_collect,
 )
+from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import transpose
 from grader.kernels.sgemm import driver_of, nan_hint, never_written, poisoned
-from grader.kernels.timing import on_gpu
 
 # (rows, cols) of `in`: not square, not multiples of 32 (one of each kind of edge), one row, one column.
 SHAPES = [(1, 1), (1, 45), (45, 1), (33, 65), (100, 37), (31, 97), (257, 130)]
@@ -71,39 +70,39 @@ def _compare(out: np.ndarray, x: np.ndarray) -> str | None:
             f"{want[r, c]:.6g}, got {got:.6g}" + nan_hint(got, "out", "in"))
 
 
-def collect_correctness(source: str, seed: int | None = None) -> tuple[dict, dict]:
-    meta, fns = start_collect(transpose.TRANSPOSE, source, seed)
+def collect_correctness(source: str, seed: int, ctx: Context) -> Outputs:
+    meta, fns = start_collect(transpose.TRANSPOSE, source)
     arrays = {}
     if fns is None:
         return meta, arrays
     function = fns["transpose"]
     drv = driver_of(function)
-    rng = np.random.default_rng(meta["seed"])
-    gpu = on_gpu()
+    rng = np.random.default_rng(seed)
+    gpu = ctx.gpu
     xs = [_inputs(rows, cols, rng) for rows, cols in shapes(gpu)]
 
     def guarded(f, x):
         return transpose.run_guarded(f, x, guard_floats(*x.shape), GUARD_BITS)
 
     meta["shapes"] = []
-    with reference_budget(("transpose-correctness",), transpose.TRANSPOSE,
-                          lambda ref: [guarded(ref["transpose"], x) for x in xs]):
-        for i, x in enumerate(xs):
-            try:
+    for i, x in enumerate(xs):
+        try:
+            with launch_budget(("transpose-correctness", i), emulated=not gpu):
                 out, before, after = guarded(function, x)
-            except launch_errors(drv) as e:
-                meta["shapes"].append({"failure": launch_failure(drv, e)})
-                if gpu or did_not_finish(e):
-                    break           # on a GPU the context is gone after a fault; a hang would hang again
-                continue
-            meta["shapes"].append({"failure": None})
-            arrays.update({f"out{i}": out, f"before{i}": before, f"after{i}": after})
+        except launch_errors(drv) as e:
+            meta["shapes"].append({"failure": launch_failure(drv, e)})
+            if gpu or did_not_finish(e):
+                break           # on a GPU the context is gone after a fault; a hang would hang again
+            continue
+        meta["shapes"].append({"failure": None})
+        arrays.update({f"out{i}": out, f"before{i}": before, f"after{i}": after})
     return meta, arrays
 
 
-def judge_correctness(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+def judge_correctness(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+    meta, arrays = outputs
+    gpu = ctx.gpu
     name = "transpose-correctness"
-    seed = int(meta["seed"])
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
     rng = np.random.default_rng(seed)
@@ -159,38 +158,33 @@ def _launch(function, x: np.ndarray):
     return out, None
 
 
-def collect_races(source: str, seed: int | None = None) -> tuple[dict, dict]:
-    meta, fns = start_collect(transpose.TRANSPOSE, source, seed, on_emulator=True)
+def collect_races(source: str, seed: int, ctx: Context) -> Outputs:
+    meta, fns = start_collect(transpose.TRANSPOSE, source, on_emulator=True)
     if fns is None:
         return meta, {}
     function = fns["transpose"]
-    x = _inputs(*RACES_SHAPE, np.random.default_rng(meta["seed"]))
+    x = _inputs(*RACES_SHAPE, np.random.default_rng(seed))
     arrays = {}
 
-    def analysed(f):
-        with analysis.thread_order(0), analysis.analysis() as report:
-            return _launch(f, x), report
-
-    with reference_budget(("transpose-races",), transpose.TRANSPOSE, lambda ref: analysed(ref["transpose"]),
-                          on_emulator=True):
-        (out0, meta["failure"]), report = analysed(function)
-        meta["report"] = analysis.report_data(report)
-        meta["orders"] = []
-        if out0 is not None:
-            arrays["out0"] = out0
-            for s in ORDER_SEEDS:
-                with analysis.thread_order(s):
-                    out1, failure = _launch(function, x)
-                meta["orders"].append({"seed": s, "failure": failure})
-                if failure:
-                    break
-                arrays[f"out{s}"] = out1
+    with launch_budget(("transpose-races", "analysed")), analysis.thread_order(0), analysis.analysis() as report:
+        out0, meta["failure"] = _launch(function, x)
+    meta["report"] = analysis.report_data(report)
+    meta["orders"] = []
+    if out0 is not None:
+        arrays["out0"] = out0
+        for s in ORDER_SEEDS:
+            with launch_budget(("transpose-races", "plain")), analysis.thread_order(s):
+                out1, failure = _launch(function, x)
+            meta["orders"].append({"seed": s, "failure": failure})
+            if failure:
+                break
+            arrays[f"out{s}"] = out1
     return meta, arrays
 
 
-def judge_races(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+def judge_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+    meta, arrays = outputs
     name = "transpose-races"
-    seed = int(meta["seed"])
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
     rows, cols = RACES_SHAPE
@@ -226,26 +220,25 @@ def judge_races(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
                             f"{len(ORDER_SEEDS) + 1} thread orders", details={"seed": seed}, output=log)
 
 
-def collect_bank_conflicts(source: str, seed: int | None = None) -> tuple[dict, dict]:
-    meta, fns = start_collect(transpose.TRANSPOSE, source, seed, on_emulator=True)
+def collect_bank_conflicts(source: str, seed: int, ctx: Context) -> Outputs:
+    meta, fns = start_collect(transpose.TRANSPOSE, source, on_emulator=True)
     if fns is None:
         return meta, {}
-    x = _inputs(*CONFLICTS_SHAPE, np.random.default_rng(meta["seed"]))
+    x = _inputs(*CONFLICTS_SHAPE, np.random.default_rng(seed))
 
     def analysed(f):
         with analysis.thread_order(0), analysis.analysis() as report:
             return _launch(f, x), report
 
-    with reference_budget(("transpose-bank-conflicts",), transpose.TRANSPOSE, lambda ref: analysed(ref["transpose"]),
-                          on_emulator=True):
+    with launch_budget(("transpose-bank-conflicts",)):
         (out, meta["failure"]), report = analysed(fns["transpose"])
     meta["report"] = analysis.report_data(report)
     return meta, {} if out is None else {"out": out}
 
 
-def judge_bank_conflicts(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+def judge_bank_conflicts(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+    meta, arrays = outputs
     name = "transpose-bank-conflicts"
-    seed = int(meta["seed"])
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
     rows, cols = CONFLICTS_SHAPE
@@ -271,6 +264,6 @@ def judge_bank_conflicts(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
     return CheckResult.make(name, free, f"{shape}: " + text, html=html, details=details, output=log)
 
 
-run_correctness = split_run(collect_correctness, judge_correctness)
-run_races = split_run(collect_races, judge_races)
-run_bank_conflicts = split_run(collect_bank_conflicts, judge_bank_conflicts)
+CHECKS = (Check("transpose-correctness", collect_correctness, judge_correctness, timeout=300),
+          Check("transpose-races", collect_races, judge_races, timeout=300),
+          Check("transpose-bank-conflicts", collect_bank_conflicts, judge_bank_conflicts, timeout=300))

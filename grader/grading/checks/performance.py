@@ -1,15 +1,15 @@
 """GFLOPS of the kernel against cuBLAS SGEMM on the same GPU, same inputs,
-same run (grader.kernels.timing), and the stage's threshold from grader/thresholds.json.
+same run (grader.kernels.timing), and the stage's threshold from grader/grading/checks/thresholds.json.
 On the emulator: "not graded: no GPU" - never a pass."""
 from __future__ import annotations
 
 from grader.grading.checks import correctness, thresholds
-from grader.grading.checks.common import new_seed, start_stage_collect
+from grader.grading.checks.common import start_stage_collect
+from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import FAILED, NOT_GRADED, PASSED, CheckResult, png_base64
 from grader.kernels import timing
 from grader.kernels.sgemm import compile_kernel
 from grader.kernels.stages import stage as stage_by_id
-from grader.kernels.timing import on_gpu
 
 NAME = "performance"
 BUDGET_S = 120.0
@@ -32,29 +32,25 @@ def bar_chart(bars: list[tuple[str, float]], required: float, title: str) -> str
     return png_base64(fig)
 
 
-def run(stage, source: str, seed: int | None = None, table: dict | None = None) -> CheckResult:
-    """The check in one process (tests, tools): judge(collect(...))."""
-    return judge(stage, *collect(stage, source, seed, table), gpu=on_gpu(), table=table)
-
 
 def _measured(m) -> dict:
     return {"status": m.status, "detail": m.detail, "gflops": m.gflops, "cublas_gflops": m.cublas_gflops}
 
 
-def collect(stage, source: str, seed: int | None = None, table: dict | None = None) -> tuple[dict, dict]:
+def collect(source: str, seed: int, ctx: Context) -> Outputs:
     """What was measured, nothing judged: the correctness check's outputs and, when they are right
     (judged here too, only to skip timing a wrong kernel), the GFLOPS of the kernel, cuBLAS and the
     previous stage's reference where the threshold asks for it."""
-    if not timing.on_gpu():
-        return {"seed": new_seed() if seed is None else int(seed)}, {}
-    meta, function = start_stage_collect(stage, source, seed)
+    stage = ctx.stage
+    if not ctx.gpu:
+        return {}, {}
+    meta, function = start_stage_collect(stage, source)
     if function is None:
         return meta, {}
-    seed = meta["seed"]
-    meta["correctness"], arrays = correctness.collect(stage, source, seed)
-    if correctness.judge(stage, meta["correctness"], arrays, gpu=True).status != PASSED:
+    meta["correctness"], arrays = correctness.collect(source, seed, ctx)
+    if correctness.judge((meta["correctness"], arrays), seed, ctx).status != PASSED:
         return meta, arrays
-    th = thresholds.for_stage(stage.id, table)
+    th = thresholds.for_stage(stage.id)
     M, N, K = th.size
     w = timing.make_workload(M, N, K, seed=seed, budget_s=BUDGET_S)
     meta["kernel"] = _measured(timing.measure_sgemm(function, stage.launch(M, N, K), w, budget_s=BUDGET_S))
@@ -65,21 +61,22 @@ def collect(stage, source: str, seed: int | None = None, table: dict | None = No
     return meta, arrays
 
 
-def judge(stage, meta: dict, arrays: dict, gpu: bool, table: dict | None = None) -> CheckResult:
+def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     """The verdict on collect()'s outputs: correctness first, then the GFLOPS against the stage's threshold."""
-    if not gpu:
+    meta, arrays = outputs
+    stage = ctx.stage
+    if not ctx.gpu:
         return CheckResult(NAME, NOT_GRADED, "not graded: no GPU (performance is only measured, and its "
                            "points only given, when the grader runs on a GPU)", 0.0)
-    seed, log = int(meta["seed"]), meta.get("log", "")
+    log = meta.get("log", "")
     if meta.get("compile_error") is not None:
         return CheckResult.make(NAME, False, f"the kernel does not compile:\n{meta['compile_error']}")
-    if "correctness" not in meta or correctness.judge(stage, dict(meta["correctness"], seed=seed), arrays,
-                                                      gpu=True).status != PASSED:
+    if "correctness" not in meta or correctness.judge((meta["correctness"], arrays), seed, ctx).status != PASSED:
         # Fast but wrong is not fast enough: timing alone checks only the timed
         # shape, which may be a tile multiple where a missing bounds check hides.
         return CheckResult(NAME, FAILED, "not timed: the kernel must pass the correctness check before its "
                            "speed counts", 0.0, output=log)
-    th = thresholds.for_stage(stage.id, table)
+    th = thresholds.for_stage(stage.id)
     M, N, K = th.size
     shape = f"M={M} N={N} K={K}"
     m = meta.get("kernel") or {"status": "missing", "detail": "the grading process returned no measurement"}
@@ -112,3 +109,7 @@ def judge(stage, meta: dict, arrays: dict, gpu: bool, table: dict | None = None)
     return CheckResult(NAME, status, msg, round(points, 3), figure=bar_chart(bars, required, shape),
                        details={"gflops": gflops, "cublas_gflops": cublas, "ratio": ratio,
                                 "required_gflops": required, "seed": seed}, output=log)
+
+
+# Its launches are the correctness check's (with that check's budgets) and its timing's own.
+CHECK = Check(NAME, collect, judge, timeout=480, timed_on_reference=False)

@@ -30,7 +30,7 @@ import statistics
 import numpy as np
 
 from grader.grading import student_process
-from grader.grading.checks.common import new_seed
+from grader.grading.checks.common import function_check, new_seed
 from grader.grading.report import NOT_GRADED, CheckResult
 from grader.kernels import sgemm, timing
 from grader.kernels.host_log import KERNEL, HostLog, recording, reference_seconds
@@ -396,3 +396,8 @@ run_matmul_float64 = _from_source(run_matmul_float64_function, MATMUL, "matmul-f
 run_gflops = _from_source(run_gflops_function, GFLOPS, "gflops-formula")
 run_timing_form = _from_source(run_timing_form_function, TIMING, "timing-form")
 run_timing_plausible = _from_source(run_timing_plausible_function, TIMING, "timing-plausible")
+
+
+MATMUL_CHECKS = (function_check("matmul-correct", run_matmul), function_check("matmul-float64", run_matmul_float64))
+GFLOPS_CHECKS = (function_check("gflops-formula", run_gflops),)
+TIMING_CHECKS = (function_check("timing-form", run_timing_form), function_check("timing-plausible", run_timing_plausible))

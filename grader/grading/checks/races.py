@@ -8,7 +8,6 @@ import numpy as np
 
 from grader.grading.checks import emulator_tools as analysis
 from grader.grading.checks.common import (
-    compile_function,
     did_not_finish,
     does_not_compile,
     launch_budget,
@@ -17,6 +16,7 @@ from grader.grading.checks.common import (
     returned_matrix,
     start_stage_collect,
 )
+from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import sgemm
 from grader.platform.backend import drivers
@@ -27,21 +27,18 @@ ORDER_SEEDS = (0x5EED1, 0xC0FFEE)
 SHOW = 3
 
 
-def _launch(driver, function, stage, A, B, stopped: list, reference=None):
-    """(C, failure reason or None); exact-size buffers, C NaN-poisoned. With
-    `reference` (the reference kernel), the launch runs within the budget
-    derived from the reference's time on the same launch."""
+def _launch(driver, function, stage, A, B, stopped: list, budget_key: tuple):
+    """(C, failure reason or None); exact-size buffers, C NaN-poisoned; the launch within the budget
+    the reference's same launch sets."""
     M, K = A.shape
     N = B.shape[1]
-    if reference is not None:
-        with launch_budget((NAME, "plain", stage.id, M, N, K), lambda: _launch(driver, reference(), stage, A, B, [])):
-            return _launch(driver, function, stage, A, B, stopped)
     launch = stage.launch(M, N, K)
     a, b = driver.to_device(A), driver.to_device(B)
     C = sgemm.poisoned((M, N))
     c = driver.to_device(C)
     try:
-        sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
+        with launch_budget(budget_key):
+            sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
     except launch_errors(driver) as e:
         if did_not_finish(e):
             stopped.append(True)
@@ -50,41 +47,26 @@ def _launch(driver, function, stage, A, B, stopped: list, reference=None):
     return C, None
 
 
-def run(stage, source: str, seed: int | None = None) -> CheckResult:
-    """The check in one process (tests, tools): judge(collect(...))."""
-    return judge(stage, *collect(stage, source, seed), gpu=False)
 
-
-def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
+def collect(source: str, seed: int, ctx: Context) -> Outputs:
     """What the kernel did, nothing judged: C in each thread order, the analysis' races and bad accesses."""
-    meta, function = start_stage_collect(stage, source, seed, on_emulator=True)
+    stage = ctx.stage
+    meta, function = start_stage_collect(stage, source, on_emulator=True)
     if function is None:
         return meta, {}
-    seed = meta["seed"]
     driver, _ = drivers(on_emulator=True)
     M, N, K = SHAPE
     A, B = sgemm.random_inputs(M, N, K, np.random.default_rng(seed))
-    compiled, stopped, arrays = [], [], {}
-
-    def reference():
-        if not compiled:
-            compiled.append(compile_function(stage, stage.source(), on_emulator=True)[0])
-        return compiled[0]
-
-    def analysed_reference():
-        with analysis.thread_order(0), analysis.analysis():
-            _launch(driver, reference(), stage, A, B, [])
-
-    with launch_budget((NAME, "analysed", stage.id, M, N, K), analysed_reference):
-        with analysis.thread_order(0), analysis.analysis() as report:
-            C0, meta["failure"] = _launch(driver, function, stage, A, B, stopped)
+    stopped, arrays = [], {}
+    with analysis.thread_order(0), analysis.analysis() as report:
+        C0, meta["failure"] = _launch(driver, function, stage, A, B, stopped, (NAME, "analysed", stage.id, M, N, K))
     meta["report"] = analysis.report_data(report)
     meta["orders"] = []
     if C0 is not None:
         arrays["C0"] = C0
         for s in ORDER_SEEDS:
             with analysis.thread_order(s):
-                C1, failure = _launch(driver, function, stage, A, B, stopped, reference)
+                C1, failure = _launch(driver, function, stage, A, B, stopped, (NAME, "plain", stage.id, M, N, K))
             meta["orders"].append({"seed": s, "failure": failure})
             if failure:
                 break
@@ -93,9 +75,9 @@ def collect(stage, source: str, seed: int | None = None) -> tuple[dict, dict]:
     return meta, arrays
 
 
-def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     """The verdict on collect()'s outputs."""
-    seed = int(meta["seed"])
+    meta, arrays = outputs
     if meta.get("compile_error") is not None:
         return does_not_compile(NAME, meta["compile_error"], seed)
     M, N, K = SHAPE
@@ -130,3 +112,5 @@ def judge(stage, meta: dict, arrays: dict, gpu: bool) -> CheckResult:
     return CheckResult.make(NAME, True, f"{shape}: no races, no out-of-bounds accesses, the same C in "
                             f"{len(ORDER_SEEDS) + 1} thread orders", details={"seed": seed}, output=log)
 
+
+CHECK = Check(NAME, collect, judge, timeout=240)

@@ -23,20 +23,20 @@ import numpy as np
 
 from grader.grading.checks.common import (
     does_not_compile,
+    launch_budget,
     launch_errors,
     launch_failure,
-    reference_budget,
     returned_matrix,
-    split_run,
     start_collect,
 )
+from grader.grading.protocol import KERNEL_HANG, Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import sgemm, top2
 from grader.kernels.sgemm import driver_of
-from grader.kernels.sssp import SSSP, dijkstra, shortest_paths, sssp_distances, sweep
-from grader.kernels.timing import on_gpu
+from grader.kernels.sssp import SSSP, dijkstra, shortest_paths, sweep
 from grader.platform.backend import drivers
 
+SSSP_HANG = KERNEL_HANG + " a relaxation that never stops changing?"
 SHAPES = [(1, 2, 4), (1, 70, 8), (67, 1, 8), (45, 39, 16), (100, 130, 16), (150, 97, 8)]
 RTOL_PER_HOP = 2.0 ** -22
 SHOW = 3
@@ -90,38 +90,31 @@ def _reference_c(A, B):
     return C
 
 
-def _collect(source: str, seed, stop_early: bool = False) -> tuple[dict, dict]:
+def _collect(source: str, seed: int, ctx: Context, stop_early: bool = False) -> Outputs:
     """Each shape's distance maps, path and cost, and the grader's C (its SGEMM on the device)."""
-    meta, fns = start_collect(SSSP, source, seed)
+    meta, fns = start_collect(SSSP, source)
     if fns is None:
         return meta, {}
-    rng = np.random.default_rng(meta["seed"])
+    rng = np.random.default_rng(seed)
     drv = driver_of(fns["sssp_relax"])
     inputs = [top2.inputs(M, N, K, rng) for M, N, K in SHAPES]
     meta["shapes"], arrays = [], {}
-    c, M, N = top2.sgemm_on_device(*max(inputs, key=lambda ab: ab[0].shape[0] * ab[1].shape[1]))
-
-    def one_round(ref):               # the budget of one launch: one relaxation round of the largest shape
-        dist, _ = sssp_distances(ref["sssp_relax"], c, M, N, 0, max_rounds=1)
-        dist.free()
-
-    with reference_budget(("sssp",), SSSP, one_round):
-        for i, (A, B) in enumerate(inputs):
-            try:
+    for i, (A, B) in enumerate(inputs):
+        try:
+            with launch_budget(("sssp", i), emulated=not ctx.gpu):
                 out = _solve(fns, A, B, stop_early)
-            except launch_errors(drv) as e:
-                meta["shapes"].append({"failure": launch_failure(drv, e)})
-                break
-            meta["shapes"].append({"rounds": [int(r) for r in out["rounds"]], "cost": float(out["cost"]),
-                                   "path": [[int(x) for x in p] for p in (out["path"] or [])]})
-            arrays.update({f"C{i}": _reference_c(A, B), f"dist1_{i}": out["dist1"], f"dist2_{i}": out["dist2"]})
-    c.free()
+        except launch_errors(drv) as e:
+            meta["shapes"].append({"failure": launch_failure(drv, e)})
+            break
+        meta["shapes"].append({"rounds": [int(r) for r in out["rounds"]], "cost": float(out["cost"]),
+                               "path": [[int(x) for x in p] for p in (out["path"] or [])]})
+        arrays.update({f"C{i}": _reference_c(A, B), f"dist1_{i}": out["dist1"], f"dist2_{i}": out["dist2"]})
     return meta, arrays
 
 
-def _judged_shapes(meta: dict, arrays: dict):
+def _judged_shapes(meta: dict, arrays: dict, seed: int):
     """(what, C, minimums, collected data, index) per shape that ran, or (what, problem) where it did not."""
-    rng = np.random.default_rng(int(meta["seed"]))
+    rng = np.random.default_rng(seed)
     ran = list(meta.get("shapes", []))
     for i, (M, N, K) in enumerate(SHAPES):
         A, B = top2.inputs(M, N, K, rng)
@@ -139,17 +132,17 @@ def _judged_shapes(meta: dict, arrays: dict):
         yield what, C, top2.reference_top2(C, N), ran[i], i
 
 
-def collect_distances(source: str, seed: int | None = None, stop_early: bool = False) -> tuple[dict, dict]:
-    return _collect(source, seed, stop_early)
+def collect_distances(source: str, seed: int, ctx: Context, stop_early: bool = False) -> Outputs:
+    return _collect(source, seed, ctx, stop_early)
 
 
-def judge_distances(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+def judge_distances(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+    meta, arrays = outputs
     name = "sssp-distances"
-    seed = int(meta["seed"])
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
     lines, ok, rounds = [], True, {}
-    for what, *rest in _judged_shapes(meta, arrays):
+    for what, *rest in _judged_shapes(meta, arrays, seed):
         if len(rest) == 1:
             ok = False
             lines.append(f"{what}: {rest[0]}")
@@ -173,9 +166,6 @@ def judge_distances(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
     return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed, "rounds": rounds},
                             output=meta.get("log", ""))
 
-
-def run_distances(source: str, seed: int | None = None, stop_early: bool = False) -> CheckResult:
-    return judge_distances(*collect_distances(source, seed, stop_early), gpu=on_gpu())
 
 
 def check_path(path, C: np.ndarray, m1, m2, cost: float, what: str) -> list[str]:
@@ -205,17 +195,17 @@ def check_path(path, C: np.ndarray, m1, m2, cost: float, what: str) -> list[str]
     return problems
 
 
-def collect_path(source: str, seed: int | None = None) -> tuple[dict, dict]:
-    return _collect(source, seed)
+def collect_path(source: str, seed: int, ctx: Context) -> Outputs:
+    return _collect(source, seed, ctx)
 
 
-def judge_path(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
+def judge_path(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+    meta, arrays = outputs
     name = "sssp-path"
-    seed = int(meta["seed"])
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
     lines, ok = [], True
-    for what, *rest in _judged_shapes(meta, arrays):
+    for what, *rest in _judged_shapes(meta, arrays, seed):
         if len(rest) == 1:
             ok = False
             lines.append(f"{what}: {rest[0]}")
@@ -233,4 +223,5 @@ def judge_path(meta: dict, arrays: dict, gpu: bool) -> CheckResult:
                             output=meta.get("log", ""))
 
 
-run_path = split_run(collect_path, judge_path)
+CHECKS = (Check("sssp-distances", collect_distances, judge_distances, timeout=300, hang_hint=SSSP_HANG),
+          Check("sssp-path", collect_path, judge_path, timeout=300, hang_hint=SSSP_HANG))

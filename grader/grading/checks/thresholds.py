@@ -1,15 +1,15 @@
-"""Performance thresholds: grader/thresholds.json merged with instructor
-overrides ($GRADER_THRESHOLDS, a JSON file with the same layout holding only
-the keys it changes, or a dict passed in)."""
+"""Performance thresholds: thresholds.json (beside this module) merged with
+instructor overrides (the setting GRADER_THRESHOLDS, a JSON file with the
+same layout holding only the keys it changes, or a dict passed in)."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_PATH = Path(__file__).resolve().parent.parent / "thresholds.json"
-ENV = "GRADER_THRESHOLDS"
+from grader.platform import settings
+
+DEFAULT_PATH = Path(__file__).resolve().parent / "thresholds.json"
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -20,10 +20,9 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 def load(overrides: dict | str | Path | None = None, path: str | Path | None = None) -> dict:
-    """The merged table: defaults, then $GRADER_THRESHOLDS, then `overrides`."""
+    """The merged table: defaults, then the GRADER_THRESHOLDS setting's file, then `overrides`."""
     table = json.loads(Path(path or DEFAULT_PATH).read_text())
-    env = os.environ.get(ENV, "").strip()
-    for extra in (env or None, overrides):
+    for extra in (settings.current().thresholds, overrides):
         if extra is None:
             continue
         if not isinstance(extra, dict):

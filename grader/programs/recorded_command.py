@@ -6,7 +6,7 @@ import os
 import shlex
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def recorded_command(module: str, argv: list[str], environ=os.environ) -> str:

@@ -25,7 +25,7 @@ for n in (int(x) for x in sys.argv[1:]):
         w.C.fill(cp.nan)
         run()
         assert timing.verify(w)[0], timing.verify(w)[1]
-    timings = timing.time_kernels(runs + [lambda: cp.matmul(w.A, w.B, out=out)], repeat=40)
+    timings = timing.time_kernels(runs + [lambda w=w, out=out: cp.matmul(w.A, w.B, out=out)], repeat=40)
     cublas = timings[-1].median_s
     print(f"{n}^3: cuBLAS {2 * n ** 3 / cublas / 1e9:.0f} GFLOPS; " + "; ".join(
         f"{k}: {2 * n ** 3 / t.median_s / 1e9:.0f} GFLOPS = {cublas / t.median_s:.3f} x cuBLAS"

@@ -34,14 +34,15 @@
 // past the last tile with zeros instead of being tested, so the loop has no
 // branch but its own; each step reads its first fragments before it issues the
 // next tile's copies; and the outer product is ordered around the register
-// banks (compute_tile). On the H200 these took the autotuned build from 0.93
-// to 0.955-0.96 of cuBLAS at 2048^3-8192^3 (what each did, and the SASS behind
-// it: results/nvidia-h200/warptiling-experiments.md).
+// banks (compute_tile). On the H200 these make the autotuned build run at
+// 0.955-0.96 of cuBLAS at 2048^3-8192^3, against 0.91-0.94 for the same kernel
+// without them (what each does, and the SASS behind it:
+// results/nvidia-h200/warptiling-experiments.md).
 // Block order: blockIdx.x runs down a column of tiles (grid = tiles of M by
 // tiles of N), so the blocks that run at the same time share a few column
 // panels of B and stream through A. On the H200, with the autotuned
-// parameters, this order made the earlier, cp.async-only version of this
-// kernel 1.7% faster at 8192^3 than the row order of the earlier stages, and
+// parameters, this order made a form of this kernel that copies A by cp.async
+// too 1.7% faster at 8192^3 than the row order of the earlier stages, and
 // no slower elsewhere (results/nvidia-h200/warptiling-experiments.md).
 // Split-K (built only with -DSPLITK_WORKSPACE=<floats>, as the autotuned stage
 // does for shapes with few tiles of C and a long K): when a grid of BM x BN

@@ -96,7 +96,7 @@ def bench_sssp(drv, gpu: bool, rng, sizes, scipy_max: int) -> list[dict]:
 
 
 def markdown(res: dict) -> str:
-    L = [f"# Labs 3 and 4 benchmark on {res['device']}", "", f"Command: `{res['command']}`", ""]
+    L = [f"# Labs 7 and 8 benchmark on {res['device']}", "", f"Command: `{res['command']}`", ""]
     t = res["top2"]
     if res["gpu"]:
         L += ["## Top-2 reduction (solutions/top2.cu)", "",

@@ -9,7 +9,7 @@ one __syncthreads() of a 1024-thread block costs.
 numba's simulator runs one Python thread per CUDA thread; --numba-size runs it
 on a smaller problem and scales its time by the work ratio (printed as such).
 --baseline PATH also measures the barrier cost of another checkout of this
-repository (for example `git worktree add --detach /tmp/before 8b62623`), in
+repository (for example `git clone -q . /tmp/before && git -C /tmp/before checkout -q COMMIT`), in
 alternation with this one, so that both see the same machine load.
 """
 from __future__ import annotations

@@ -63,8 +63,8 @@ def _with(**changes) -> dict:
 
 
 def _bk16() -> dict:
-    """BK = 16 in two stages: the H200's tuned entry for 4096^3 until issue 19's loop made the default
-    values the fastest (the lists below want it beside the default, not equal to it)."""
+    """BK = 16 in two stages: the H200's fastest for 4096^3 with the branching main loop, not the present one
+    (results/nvidia-h200/shapes.md); the lists below want it beside the default, not equal to it."""
     return _with(BK=16, STAGES=2)
 
 
@@ -317,7 +317,7 @@ def run_search_fake(source: str, seed: int | None = None) -> CheckResult:
 # ---- search on the GPU --------------------------------------------------------------------------
 def gpu_candidates() -> list[dict]:
     """What the GPU check searches: two invalid configurations and three valid ones of different speeds
-    (on the H200, with the kernel before issue 19's loop, results/nvidia-h200/autotune.json: about 0.58,
+    (on the H200, with the kernel's branching main loop, results/nvidia-h200/autotune.json: about 0.58,
     0.89 and 0.93 of cuBLAS)."""
     return [dict(NARROW), _with(BK=32, STAGES=5), _default(), _with(NUM_THREADS=128), _bk16()]
 

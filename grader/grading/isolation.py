@@ -48,7 +48,7 @@ from grader.grading.checks.common import DID_NOT_FINISH, HANG_FACTOR, HANG_FLOOR
 from grader.grading.report import FAILED, CheckResult
 from grader.platform import backend, sandbox
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]          # the repository: grader/ is inside it
 OUTPUT_KEPT = 8000          # characters of captured output kept in a result
 
 

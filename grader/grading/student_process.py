@@ -49,7 +49,7 @@ from grader.kernels import host_log, transfers
 from grader.platform import sandbox
 from grader.platform.backend import drivers
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the repository
 MAX_MESSAGE = 256 << 20          # bytes: a larger answer is not read
 
 

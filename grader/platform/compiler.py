@@ -22,7 +22,7 @@ from pathlib import Path
 
 from grader.platform.backend import drivers
 
-SOLUTIONS_DIR = Path(__file__).resolve().parent.parent / "solutions"
+SOLUTIONS_DIR = Path(__file__).resolve().parents[2] / "solutions"
 SOURCE_NAME = "kernel.cu"
 
 # nvcc: "kernel.cu(10): error"; g++: "kernel.cu:10:5: error"; either maybe behind a directory.

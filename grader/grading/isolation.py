@@ -46,6 +46,7 @@ from grader import emulator
 from grader.grading import registry
 from grader.grading.checks.common import DID_NOT_FINISH, HANG_FACTOR, HANG_FLOOR_S, end_process_past_budget, new_seed
 from grader.grading.report import FAILED, CheckResult
+from grader.kernels import timing
 from grader.platform import backend, sandbox
 
 ROOT = Path(__file__).resolve().parents[2]          # the repository: grader/ is inside it
@@ -81,6 +82,7 @@ def child_env(backend_name: str | None = None) -> dict:
     env["PYTHONPATH"] = str(ROOT)
     env["GRADER_BACKEND"] = backend_name or backend.current().name
     env["GRADER_EMULATOR_CACHE"] = grading_cache()
+    env["CUPY_CACHE_DIR"] = os.path.join(env["GRADER_EMULATOR_CACHE"], "cupy")    # writable in the sandbox
     env["MPLBACKEND"] = "Agg"
     env["PYTHONWARNINGS"] = "ignore"
     env["PYTHONNOUSERSITE"] = "1"
@@ -164,7 +166,10 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
         job["result_fd"] = write_fd
         job["launch_timeout"] = max(5.0, timeout * 0.8)
         job["cpu_seconds"] = timeout + 60
-        command = sandbox.wrap(child_command(), [tmp, env["GRADER_EMULATOR_CACHE"]], tmp)
+        writable = [tmp, env["GRADER_EMULATOR_CACHE"]]
+        if env["GRADER_BACKEND"] == "gpu":
+            writable.append(str(timing.lock_dir()))     # the GPU's lock (grader.kernels.timing.gpu_lock)
+        command = sandbox.wrap(child_command(), writable, tmp)
         chunks: list[bytes] = []
         reader = threading.Thread(target=_read_all, args=(read_fd, chunks), daemon=True)
         reader.start()

@@ -9,7 +9,7 @@ wrapper shifts lines by one; nvcc or g++ inside the emulator). A source that
 does not compile raises CompileFailed, whose message is that log alone: the
 sentence saying so is the caller's, said once.
 
-Layer: backend (imports grader.platform.backend only).
+Layer: backend (imports grader.platform.backend, and the emulator's policy for untrusted sources).
 """
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.emulator import policy
+from grader.emulator.config import untrusted_sources
 from grader.platform.backend import drivers
 
 SOLUTIONS_DIR = Path(__file__).resolve().parents[2] / "solutions"
@@ -78,6 +80,11 @@ def compile_kernels(source: str, kernels, options=(), on_emulator: bool = False,
     Raises CompileFailed."""
     driver, SourceModule = drivers(on_emulator)
     emulated = bool(getattr(driver, "EMULATED", False))
+    if not emulated and untrusted_sources():      # the emulator applies its whole policy when it builds
+        try:
+            policy.check_device_launches(source)
+        except policy.Refused as e:
+            raise CompileFailed(str(e)) from None
     with captured() as log:
         try:
             module = SourceModule(source, options=list(options), no_extern_c=no_extern_c)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import grader
+from grader.emulator import policy
 from grader.grading.isolation import run_check
 from grader.grading.report import FAILED, PASSED
 
@@ -75,6 +76,17 @@ def test_only_the_timing_protocol_can_stop_it(cheat):
     """Right on every shape the correctness check tries, so that it reaches the performance check."""
     result = run_check(EXERCISE, "correctness", cheat.source(), seed=1)
     assert result.status == PASSED, result.message
+
+
+def test_the_policy_names_the_line_of_each_launch_from_device_code():
+    source = ("// not this one: child<<<1, 1>>>(c);\n"
+              "__global__ void k(float* c)\n{\n"
+              "    child<<<1, 1>>>(c);\n"
+              "    cudaDeviceSynchronize();\n"
+              "    c[0] = cuda::std::min(1.0f, c[1]);     // a cuda:: name is not a runtime call\n}\n")
+    found = policy.device_launch_refusals(source)
+    assert [f.split(":")[0] for f in found] == ["line 4", "line 5"], found
+    assert "`<<<`" in found[0] and "`cudaDeviceSynchronize`" in found[1]
 
 
 @pytest.mark.parametrize("file, reason", REFUSED, ids=[f for f, _ in REFUSED])

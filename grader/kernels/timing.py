@@ -159,6 +159,21 @@ def lock_path(device=None) -> Path:
     return lock_dir() / ("gpu-" + re.sub(r"[^0-9A-Za-z]+", "-", device.pci_bus_id()).strip("-").lower() + ".lock")
 
 
+def _flock(fd: int, mode: int, wait_s: float | None) -> None:
+    if wait_s is None:
+        fcntl.flock(fd, mode)
+        return
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise GpuBusy(f"the GPU was busy timing other submissions for {wait_s:g} s") from None
+            time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def gpu_lock(path=None, wait_s: float | None = None, shared: bool = False):
     """Hold the GPU's lock (flock on `path`, default lock_path()): exclusive
@@ -167,36 +182,21 @@ def gpu_lock(path=None, wait_s: float | None = None, shared: bool = False):
     GpuBusy after `wait_s` seconds of waiting (None: as long as it takes).
     Inside a lock this process holds, it is a no-op."""
     global _held
-    if _held:
-        _held += 1
-        try:
-            yield
-        finally:
-            _held -= 1
-        return
-    path = Path(path) if path is not None else lock_path()
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)    # flock needs no write access
+    fd = None
+    if not _held:
+        fd = os.open(Path(path) if path is not None else lock_path(), os.O_RDONLY | os.O_CREAT, 0o666)
+        try:                                    # flock needs no write access
+            _flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, wait_s)
+        except BaseException:
+            os.close(fd)
+            raise
+    _held += 1
     try:
-        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
-        if wait_s is None:
-            fcntl.flock(fd, mode)
-        else:
-            deadline = time.monotonic() + wait_s
-            while True:
-                try:
-                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise GpuBusy(f"the GPU was busy timing other submissions for {wait_s:g} s") from None
-                    time.sleep(0.05)
-        _held += 1
-        try:
-            yield
-        finally:
-            _held -= 1
+        yield
     finally:
-        os.close(fd)        # releases the lock
+        _held -= 1
+        if fd is not None:
+            os.close(fd)                        # releases the lock
 
 
 # ---- peak ------------------------------------------------------------------------------
@@ -552,8 +552,8 @@ def measure_sgemms(kernels, w, repeat: int = MIN_REPEAT, budget_s: float | None 
         return [Measurement("not timed", NO_GPU) for _ in kernels]
     import pycuda.driver as drv
     peak = peak_flops or fp32_peak()
-    launches = [w.kernel(function, launch) for function, launch in kernels]
     try:
+        launches = [w.kernel(function, launch) for function, launch in kernels]
         with gpu_lock(wait_s=lock_wait_s):
             timings = run_rounds(w, launches, repeat, budget_s=budget_s)
     except GpuBusy as e:

@@ -12,6 +12,11 @@ submission is refused, with the line and the reason, when it has
   that runs when the module is loaded or unloaded, outside any launch);
 - an #include outside ALLOWED_INCLUDES, token pasting (`##`) or a #pragma
   other than `unroll` (ways to spell the above without writing them);
+- a kernel launch (`<<<`) or a CUDA runtime call (`cuda...(`) in device
+  code: dynamic parallelism, whose work would run outside the launch the
+  grader checks and times (device_launch_refusals; on a GPU too, through
+  grader.platform.compiler: nvcc refuses it anyway without -rdc, which the
+  grader never passes, in words a student cannot act on);
 
 and, once built, when the library imports a symbol outside the allow-list
 (the emulator runtime, the C math library, what GCC itself emits): no file,
@@ -117,7 +122,26 @@ def source_refusals(source: str) -> list[str]:
             found.append(f"line {_line(text, m.start())}: `{m.group(1)}` attribute: code that runs when the "
                          "module is loaded or unloaded is host code, which the grader does not run")
     found += _host_functions(text)
+    return found + device_launch_refusals(source)
+
+
+def device_launch_refusals(source: str) -> list[str]:
+    """Kernel launches and CUDA runtime calls in `source`, one line per finding."""
+    text = _blank(source)
+    found = [f"line {_line(text, m.start())}: `<<<`: a kernel launched from a kernel (dynamic parallelism) is not "
+             "accepted: its work would run outside the launch the grader checks and times; compute your part of "
+             "the output in this kernel's own threads" for m in re.finditer(r"<<<", text)]
+    found += [f"line {_line(text, m.start())}: `{m.group(1)}`: the CUDA runtime called from a kernel (launches, "
+              "streams, device-wide synchronisation) is not accepted: a kernel needs none of it"
+              for m in re.finditer(r"\b(cuda[A-Z]\w*)\s*\(", text)]
     return found
+
+
+def check_device_launches(source: str) -> None:
+    """Refused when `source` launches kernels or calls the CUDA runtime from device code."""
+    problems = device_launch_refusals(source)
+    if problems:
+        raise Refused("the grader refuses this source:\n" + "\n".join(f"kernel.cu:{p[5:]}" for p in problems))
 
 
 def _host_functions(text: str) -> list[str]:

@@ -54,6 +54,7 @@ from grader.grading.checks.common import (
 )
 from grader.grading.protocol import Context
 from grader.grading.report import FAILED, CheckResult
+from grader.kernels import timing
 from grader.platform import COURSE_ROOT, backend, sandbox, settings
 from grader.platform.settings import Settings
 
@@ -174,13 +175,17 @@ def _collect(exercise: str, spec, submission: str, seed: int, job_settings: Sett
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         env = {k: os.environ[k] for k in INHERITED if k in os.environ}
         env.update(PATH=env.get("PATH") or os.defpath, TMPDIR=tmp, MPLBACKEND="Agg", PYTHONWARNINGS="ignore",
-                   MPLCONFIGDIR=os.path.join(tmp, "matplotlib"))
+                   MPLCONFIGDIR=os.path.join(tmp, "matplotlib"),
+                   CUPY_CACHE_DIR=os.path.join(job_settings.emulator_cache, "cupy"))   # writable in the sandbox
         read_fd, write_fd = os.pipe()
         job = {"exercise": exercise, "check": None if spec is None else spec.name, "submission": submission, "seed": seed,
                "settings": job_settings.to_dict(), "budgets": budgets, "measure": measure, "path": import_path(),
                "runtime": trusted_runtime(), "result_fd": write_fd, "launch_timeout": max(5.0, timeout * 0.8),
                "cpu_seconds": timeout + 60}
-        command = sandbox.wrap(child_command(), [tmp, job_settings.emulator_cache], tmp)
+        writable = [tmp, job_settings.emulator_cache]
+        if job_settings.backend == "gpu":
+            writable.append(str(timing.lock_dir()))     # the GPU's lock (grader.kernels.timing.gpu_lock)
+        command = sandbox.wrap(child_command(), writable, tmp)
         chunks: list[bytes] = []
         reader = threading.Thread(target=_read_all, args=(read_fd, chunks), daemon=True)
         reader.start()

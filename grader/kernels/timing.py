@@ -1,27 +1,83 @@
-"""Timing SGEMM on a GPU: CUDA events, warm-up, an L2 flush before every
-run, the median of >= 20 runs, fresh uniform random inputs, the kernel checked
-against cuBLAS (NaN fails) before its time counts, cuBLAS (CuPy, FP32, TF32
-off) timed the same way on the same data, and any result above the device's
-FP32 peak rejected. `time_kernel` is the project's one timing routine (bench,
-the performance check, autotune and bench_graph call it). On the emulator
-every timing function answers NOT_TIMED: no GPU, no figure."""
+"""Timing SGEMM on a GPU so that no kernel can exploit the measurement.
+
+The protocol (measure_sgemm(s), cublas_sgemm_time): `warmup` + `repeat`
+(>= 20) rounds; in each round
+
+1. fresh inputs: A and B are generated on the device, outside the timed
+   region, from two 64-bit keys the host draws for this round only
+   (`secrets`); no launch has seen them before, none can predict the next;
+2. each kernel in turn (the submission first, then any reference kernel it
+   is compared with): C poisoned with NaN, the L2 flushed, the launch between
+   two CUDA events; then A and B generated again from their keys, so that a
+   kernel that wrote into its inputs does not change the reference;
+3. cuBLAS (CuPy, FP32, TF32 off), after the submission's launch, timed the
+   same way (its output poisoned, the L2 flushed; A B A B with the kernels):
+   cuBLAS's product of the round's inputs is never on the device while the
+   submission runs; it is checked at positions drawn after the run against
+   float64 dot products, so a wrong baseline cannot pass silently;
+4. every kernel's C against cuBLAS's, every element (NaN, Inf and elements
+   never written fail), and its RMS error against what FP32 arithmetic gives
+   (TF32 or FP16 arithmetic fails).
+
+So every launch, warm-ups included, computes a product no launch has seen,
+into an output that holds nothing, and is checked: remembering earlier
+launches, counting launches, leaving work for later, writing part of C or
+reading another buffer gains nothing. The figure is the median of the
+`repeat` event times; a rate above the device's FP32 peak is rejected. The
+rounds hold the GPU's lock (gpu_lock), so that processes grading at once on
+one GPU never time at the same time.
+
+time_kernel(s) is the same loop without the inputs and the checks (events, L2
+flush, warm-up, median of >= 20, the lock) for launches that bring their own
+data, from trusted code only (autotune, the top-2 benchmark, copies). On the
+emulator every timing function answers NOT_TIMED: no GPU, no figure."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import math
 import os
+import re
+import secrets
 import statistics
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
-from grader.kernels.sgemm import launcher, tolerance
+import numpy as np
+
+from grader.kernels.sgemm import POISON_BITS, launcher, nan_hint, tolerance
 from grader.platform.backend import current as current_backend
 from grader.platform.devices import device_peaks
 
 NO_GPU = "not timed: no GPU"
 MIN_REPEAT = 20
+WARMUP = 3
+SAMPLES = 256           # positions of cuBLAS's product checked against float64 per run
+# An output's RMS error against cuBLAS's, in units of eps * sqrt(K) * RMS(C):
+# about 0.2 for FP32 arithmetic in any order (a plain running sum at K = 4096:
+# 0.16; cuBLAS's own error adds in quadrature), about 33 for inputs rounded to
+# 10 mantissa bits (TF32, FP16), far more for BF16. The tolerance per element
+# (grader.kernels.sgemm.tolerance) is a worst-case bound that all of these pass.
+MAX_PRECISION_RATIO = 4.0
+LOCK_DIR = Path("/run/lock/grader-gpu") if Path("/run/lock").is_dir() else Path("/tmp/grader-gpu-locks")
 
 
 class ImpossibleResult(ValueError):
     """A measured rate above the FP32 peak: the measurement is broken."""
+
+
+class WrongOutput(Exception):
+    """A run's output is wrong: `who` is the launch's index (len(launches): cuBLAS)."""
+
+    def __init__(self, who: int, message: str):
+        super().__init__(message)
+        self.who = who
+
+
+class GpuBusy(Exception):
+    """The GPU's lock was not free within the time allowed."""
 
 
 @dataclass(frozen=True)
@@ -57,9 +113,10 @@ class Timing:
 
 def on_gpu() -> bool:
     """True only with real PyCUDA on a GPU (never on the emulator)."""
-    import pycuda.driver as drv
-
-    return current_backend().name == "gpu" and not getattr(drv, "EMULATED", False)
+    if current_backend().name != "gpu":
+        return False
+    import pycuda.driver as drv  # optional: resolved once the backend is chosen
+    return not getattr(drv, "EMULATED", False)
 
 
 def _context():
@@ -71,13 +128,75 @@ def _context():
 
 def _cupy():
     try:
-        import cupy
+        import cupy  # optional: only where there is a GPU
     except ImportError as e:
         raise RuntimeError(f"CuPy is needed for the cuBLAS baseline and the inputs ({e})") from None
     if os.environ.get("CUPY_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0"):
         raise RuntimeError("unset CUPY_CUDA_PER_THREAD_DEFAULT_STREAM: timing assumes CuPy and "
                            "PyCUDA share the legacy default stream")
     return cupy
+
+
+# ---- the GPU's lock --------------------------------------------------------------------
+_held = 0          # how deep this process is inside gpu_lock (a lock inside a lock is the same one)
+
+
+def lock_dir() -> Path:
+    """LOCK_DIR, made when missing and open to every user (sticky, like /tmp).
+    Grading processes on a GPU get it writable in their sandbox (grader.grading.isolation)."""
+    if not LOCK_DIR.is_dir():
+        LOCK_DIR.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):       # another user's folder: theirs to open
+            os.chmod(LOCK_DIR, 0o1777)
+    return LOCK_DIR
+
+
+def lock_path(device=None) -> Path:
+    """The current GPU's lock file, named by its PCI bus id: the same in every
+    process of the machine, whatever CUDA_VISIBLE_DEVICES says."""
+    drv = _context()
+    device = device if device is not None else drv.Context.get_device()
+    return lock_dir() / ("gpu-" + re.sub(r"[^0-9A-Za-z]+", "-", device.pci_bus_id()).strip("-").lower() + ".lock")
+
+
+def _flock(fd: int, mode: int, wait_s: float | None) -> None:
+    if wait_s is None:
+        fcntl.flock(fd, mode)
+        return
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise GpuBusy(f"the GPU was busy timing other submissions for {wait_s:g} s") from None
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def gpu_lock(path=None, wait_s: float | None = None, shared: bool = False):
+    """Hold the GPU's lock (flock on `path`, default lock_path()): exclusive
+    around a timed section, so that no other process times, or runs a kernel
+    under the shared lock, meanwhile; `shared` for other GPU work. Raises
+    GpuBusy after `wait_s` seconds of waiting (None: as long as it takes).
+    Inside a lock this process holds, it is a no-op."""
+    global _held
+    fd = None
+    if not _held:
+        fd = os.open(Path(path) if path is not None else lock_path(), os.O_RDONLY | os.O_CREAT, 0o666)
+        try:                                    # flock needs no write access
+            _flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, wait_s)
+        except BaseException:
+            os.close(fd)
+            raise
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        if fd is not None:
+            os.close(fd)                        # releases the lock
 
 
 # ---- peak ------------------------------------------------------------------------------
@@ -131,24 +250,31 @@ def l2_flush() -> L2Flush:
     return L2Flush()
 
 
-def time_kernel(launch_fn, repeat: int = MIN_REPEAT, warmup: int = 3, flush: bool = True,
+def _budget_exceeded(one_run_s: float, repeat: int, budget_s: float | None) -> NotTimed | None:
+    if budget_s is not None and one_run_s * repeat > budget_s:
+        return NotTimed(f"skipped: one run takes {one_run_s:.2f} s; {repeat} runs exceed the {budget_s:.0f} s budget")
+    return None
+
+
+def time_kernel(launch_fn, repeat: int = MIN_REPEAT, warmup: int = WARMUP, flush: bool = True,
                 budget_s: float | None = None):
-    """The one timing routine: `repeat` (>= 20) runs of `launch_fn()` (which
-    enqueues work on the default stream) timed with CUDA events, each after an
-    L2 flush, after `warmup` untimed runs. Returns a Timing (its median_s is
-    the published figure), NOT_TIMED on the emulator, or a NotTimed saying
-    "skipped: ..." when `repeat` runs would take longer than `budget_s`."""
+    """`repeat` (>= 20) runs of `launch_fn()` (which enqueues work on the
+    default stream) timed with CUDA events, each after an L2 flush, after
+    `warmup` untimed runs. Returns a Timing (its median_s is the figure),
+    NOT_TIMED on the emulator, or a NotTimed saying "skipped: ..." when
+    `repeat` runs would take longer than `budget_s`. For trusted launches:
+    a submission is timed by measure_sgemm."""
     timings = time_kernels([launch_fn], repeat, warmup, flush, budget_s)
     return timings[0] if isinstance(timings, list) else timings
 
 
-def time_kernels(launch_fns, repeat: int = MIN_REPEAT, warmup: int = 3, flush: bool = True,
+def time_kernels(launch_fns, repeat: int = MIN_REPEAT, warmup: int = WARMUP, flush: bool = True,
                  budget_s: float | None = None):
     """time_kernel for several launches side by side: each run is one run of
     every launch_fn in turn (A B A B ...), each timed alone after its own L2
     flush, so that clock and temperature drift reach all of them alike. A list
     of Timing in the order of launch_fns, or the NotTimed (one for all; the
-    budget is for all of them together)."""
+    budget is for all of them together). Holds the GPU's lock throughout."""
     if not on_gpu():
         return NOT_TIMED
     if repeat < MIN_REPEAT:
@@ -156,36 +282,47 @@ def time_kernels(launch_fns, repeat: int = MIN_REPEAT, warmup: int = 3, flush: b
     drv = _context()
     flusher = l2_flush() if flush else (lambda: None)
     start, end = drv.Event(), drv.Event()
-    for _ in range(max(1, warmup)):
-        one = 0.0
-        for fn in launch_fns:
-            flusher()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            one += end.time_since(start) / 1e3
-        if budget_s is not None and one * repeat > budget_s:
-            return NotTimed(f"skipped: one run takes {one:.2f} s; {repeat} runs exceed the {budget_s:.0f} s budget")
-    events = [[(drv.Event(), drv.Event()) for _ in launch_fns] for _ in range(repeat)]
-    for run in events:
-        for fn, (s, e) in zip(launch_fns, run):
-            flusher()
-            s.record()
-            fn()
-            e.record()
-    events[-1][-1][1].synchronize()
+    with gpu_lock():
+        for _ in range(max(1, warmup)):
+            one = 0.0
+            for fn in launch_fns:
+                flusher()
+                start.record()
+                fn()
+                end.record()
+                end.synchronize()
+                one += end.time_since(start) / 1e3
+            if (skipped := _budget_exceeded(one, repeat, budget_s)) is not None:
+                return skipped
+        events = [[(drv.Event(), drv.Event()) for _ in launch_fns] for _ in range(repeat)]
+        for run in events:
+            for fn, (s, e) in zip(launch_fns, run):
+                flusher()
+                s.record()
+                fn()
+                e.record()
+        events[-1][-1][1].synchronize()
     return [Timing([run[i][1].time_since(run[i][0]) / 1e3 for run in events]) for i in range(len(launch_fns))]
 
 
-# ---- inputs, cuBLAS, verification ------------------------------------------------------
-def random_matrices(M: int, N: int, K: int, seed: int):
-    """Fresh uniform [-1, 1) float32 A (M x K) and B (K x N) on the GPU (CuPy)."""
+# ---- the protocol ----------------------------------------------------------------------
+# A and B are filled from a counter-based hash (SplitMix64's finalizer) of a
+# 64-bit key and the element's index: stateless, so nothing on the device
+# tells what the next round's inputs will be. (z >> 40) is uniform on
+# [0, 2^24), so x is uniform on [-1, 1) and exact in float32.
+UNIFORM_SOURCE = r"""
+unsigned long long z = key + (unsigned long long)(i + 1) * 0x9E3779B97F4A7C15ull;
+z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+z ^= z >> 31;
+x = (float)((long long)(z >> 40) - 8388608ll) * 1.1920928955078125e-07f;
+"""
+
+
+@lru_cache(maxsize=None)
+def _uniform_kernel():
     cp = _cupy()
-    rs = cp.random.RandomState(seed)
-    A = rs.uniform(-1.0, 1.0, (M, K), dtype=cp.float32)
-    B = rs.uniform(-1.0, 1.0, (K, N), dtype=cp.float32)
-    return A, B
+    return cp.ElementwiseKernel("uint64 key", "float32 x", UNIFORM_SOURCE, "grader_uniform")
 
 
 def tf32_state() -> str:
@@ -210,73 +347,186 @@ def tf32_state() -> str:
     return f"CuPy float32 compute type {ct} (1 = default FP32, 2 = pedantic, 4 = FP32); CUPY_TF32 unset"
 
 
-@dataclass
 class Workload:
-    """One shape's inputs, cuBLAS's product and timing, and the tolerance."""
-    M: int
-    N: int
-    K: int
-    A: object
-    B: object
-    C: object
-    C_ref: object
-    tol: object
-    cublas: object
-    seed: int
-    notes: list[str] = field(default_factory=list)
+    """The device side of the protocol for one shape: A (M x K), B (K x N),
+    the kernels' C and cuBLAS's C_ref, float32 on the GPU (CuPy). Tests drive
+    run_rounds with a NumPy stand-in that has the same attributes and methods."""
+
+    def __init__(self, M: int, N: int, K: int):
+        cp = _cupy()
+        tf32_state()
+        self.M, self.N, self.K = M, N, K
+        self.A = cp.empty((M, K), dtype=cp.float32)
+        self.B = cp.empty((K, N), dtype=cp.float32)
+        self.C = cp.empty((M, N), dtype=cp.float32)
+        self.C_ref = cp.empty((M, N), dtype=cp.float32)
+
+    def fill_inputs(self, keys: tuple[int, int]) -> None:
+        fill = _uniform_kernel()
+        fill(np.uint64(keys[0]), self.A)
+        fill(np.uint64(keys[1]), self.B)
+
+    def poison(self, name: str) -> None:
+        getattr(self, name).view(np.uint32).fill(POISON_BITS)
+
+    def kernel(self, function, launch):
+        """A launch of `function` on A, B and C (the stage signature)."""
+        return launcher(function, launch, self.M, self.N, self.K, self.A.data.ptr, self.B.data.ptr,
+                        self.C.data.ptr)
+
+    def cublas(self) -> None:
+        _cupy().matmul(self.A, self.B, out=self.C_ref)
+
+    @staticmethod
+    def timed(launch):
+        """Flush the L2, then `launch()` between two events (returned)."""
+        drv = _context()
+        start, end = drv.Event(), drv.Event()
+        l2_flush()()
+        start.record()
+        launch()
+        end.record()
+        return start, end
+
+    @staticmethod
+    def seconds(events) -> float:
+        start, end = events
+        end.synchronize()
+        return end.time_since(start) / 1e3
 
 
-def cublas_sgemm_time(M: int, N: int, K: int, A=None, B=None, out=None, repeat: int = MIN_REPEAT,
-                      seed: int = 0, budget_s: float | None = None):
-    """cuBLAS SGEMM (cupy.matmul, FP32) timed like a kernel; fresh inputs unless given."""
+def make_workload(M: int, N: int, K: int):
+    """The buffers of one shape (a Workload), or NOT_TIMED on the emulator."""
     if not on_gpu():
         return NOT_TIMED
-    cp = _cupy()
-    tf32_state()
-    if A is None or B is None:
-        A, B = random_matrices(M, N, K, seed)
-    out = out if out is not None else cp.empty((M, N), dtype=cp.float32)
-    return time_kernel(lambda: cp.matmul(A, B, out=out), repeat=repeat, budget_s=budget_s)
+    return Workload(M, N, K)
 
 
-def make_workload(M: int, N: int, K: int, seed: int = 0, repeat: int = MIN_REPEAT,
-                  budget_s: float | None = None):
-    """Draw inputs, compute and time cuBLAS's product, and the per-element tolerance."""
-    if not on_gpu():
-        return NOT_TIMED
-    cp = _cupy()
-    note = tf32_state()
-    A, B = random_matrices(M, N, K, seed)
-    C_ref = cp.empty((M, N), dtype=cp.float32)
-    timing = cublas_sgemm_time(M, N, K, A, B, C_ref, repeat=repeat, budget_s=budget_s)
-    cp.matmul(A, B, out=C_ref)
-    tol = tolerance(cp.matmul(cp.abs(A), cp.abs(B)), K)    # both products are float32 sums of K terms
-    if not bool(cp.isfinite(C_ref).all()):
-        raise RuntimeError(f"cuBLAS's product for {M}x{N}x{K} is not finite")
-    C = cp.empty((M, N), dtype=cp.float32)
-    return Workload(M, N, K, A, B, C, C_ref, tol, timing, seed, [note])
+def precision_ratio(C, C_ref, K: int) -> float:
+    """RMS(C - C_ref) / (eps * sqrt(K) * RMS(C_ref)), in float64 (see MAX_PRECISION_RATIO)."""
+    diff = C.astype("float64") - C_ref.astype("float64")
+    ref = C_ref.astype("float64")
+    err, scale = float((diff * diff).mean()) ** 0.5, float((ref * ref).mean()) ** 0.5
+    scale *= float(np.finfo(np.float32).eps) * math.sqrt(max(K, 1))
+    return err / scale if scale > 0 else (0.0 if err == 0 else math.inf)
 
 
-def verify(w: Workload) -> tuple[bool, str]:
-    """w.C against cuBLAS's w.C_ref, element by element; NaN/Inf fail."""
-    cp = _cupy()
-    bad = ~(cp.abs(w.C - w.C_ref) <= w.tol)
+def output_problem(w) -> str:
+    """What is wrong with the kernel's w.C against cuBLAS's w.C_ref ('' when
+    nothing): elements outside the tolerance (NaN, Inf and elements never
+    written among them), or an error larger than FP32 arithmetic makes."""
+    tol = tolerance(abs(w.A) @ abs(w.B), w.K)
+    bad = ~(abs(w.C - w.C_ref) <= tol)
     wrong = int(bad.sum())
-    if wrong == 0:
-        return True, "all elements match cuBLAS"
-    r, c = divmod(int(cp.flatnonzero(bad)[0]), w.N)
-    return False, (f"{wrong} wrong element(s); first at row {r}, column {c}: "
-                   f"cuBLAS {float(w.C_ref[r, c]):.6g}, kernel {float(w.C[r, c]):.6g}")
+    if wrong:
+        r, c = divmod(int(bad.ravel().nonzero()[0][0]), w.N)
+        got = np.uint32(int(w.C.view(np.uint32)[r, c])).view(np.float32)
+        return (f"{wrong} wrong element(s) of {w.M * w.N}; first at row {r}, column {c}: cuBLAS "
+                f"{float(w.C_ref[r, c]):.6g}, kernel {float(got):.6g}{nan_hint(got)}")
+    ratio = precision_ratio(w.C, w.C_ref, w.K)
+    if ratio > MAX_PRECISION_RATIO:
+        return (f"every element is within the tolerance, but the error against cuBLAS is {ratio:.0f} x "
+                f"eps sqrt(K) RMS(C), where FP32 arithmetic gives about 0.2 (at most {MAX_PRECISION_RATIO:g}): "
+                "reduced precision (TF32, FP16 or BF16 arithmetic)? The lab's SGEMM is FP32")
+    return ""
+
+
+def reference_problem(w, rows, cols) -> str:
+    """What is wrong with cuBLAS's w.C_ref at (rows[i], cols[i]) against
+    float64 dot products ('' when nothing)."""
+    a = w.A[rows].astype("float64")
+    b = w.B[:, cols].T.astype("float64")
+    exact = (a * b).sum(axis=1)
+    got = w.C_ref[rows, cols].astype("float64")
+    bad = ~(abs(got - exact) <= tolerance(abs(a * b).sum(axis=1), w.K))
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0][0])
+        return (f"cuBLAS's product is wrong at row {rows[i]}, column {cols[i]}: {float(got[i]):.6g}, float64 "
+                f"{float(exact[i]):.6g}")
+    ratio = precision_ratio(got, exact, w.K)
+    if ratio > MAX_PRECISION_RATIO:
+        return f"cuBLAS's product is {ratio:.0f} x less precise than FP32 arithmetic (TF32?)"
+    return ""
+
+
+def _cublas_run(w, who: int, run: str):
+    """cuBLAS's timed run (its output poisoned before it), then its product checked at positions drawn now."""
+    w.poison("C_ref")
+    events = w.timed(w.cublas)
+    rng = np.random.default_rng(secrets.randbits(64))
+    rows, cols = rng.integers(0, w.M, SAMPLES), rng.integers(0, w.N, SAMPLES)
+    if problem := reference_problem(w, rows, cols):
+        raise WrongOutput(who, f"{run}: {problem} (a problem of the GPU or the grader, not of the kernel)")
+    return events
+
+
+def _round(w, launches, run: str, later: bool) -> list[float]:
+    """One round of the protocol: seconds of each launch, then cuBLAS's."""
+    keys = (secrets.randbits(64), secrets.randbits(64))
+    w.fill_inputs(keys)
+    w.poison("C_ref")
+    cublas = len(launches)
+    events = {}
+    for i, launch in enumerate(launches):
+        w.poison("C")
+        events[i] = w.timed(launch)
+        w.fill_inputs(keys)                     # whatever the kernel wrote into A or B is undone
+        if cublas not in events:
+            events[cublas] = _cublas_run(w, cublas, run)
+        if problem := output_problem(w):
+            hint = ("; the earlier runs were right: does the kernel keep state between launches (a __device__ "
+                    "variable, a launch counter, a cache)? Every run has new inputs and a C full of NaN, and must "
+                    "compute all of C") if later and i == 0 else ""
+            raise WrongOutput(i, f"{run}: {problem}{hint}")
+    if cublas not in events:
+        events[cublas] = _cublas_run(w, cublas, run)
+    return [w.seconds(events[i]) for i in range(cublas + 1)]
+
+
+def run_rounds(w, launches, repeat: int = MIN_REPEAT, warmup: int = WARMUP, budget_s: float | None = None):
+    """The protocol (this module's docstring) on workload `w` for `launches`
+    (zero-argument launches of kernels on w.A, w.B, w.C, the submission's
+    first) and cuBLAS: a Timing per launch and cuBLAS's last, or a NotTimed
+    saying "skipped: ..." when `repeat` rounds would take longer than
+    `budget_s`. Raises WrongOutput for the first wrong output."""
+    if repeat < MIN_REPEAT:
+        raise ValueError(f"at least {MIN_REPEAT} timed runs, not {repeat}")
+    warmup = max(1, warmup)
+    total = warmup + repeat
+    times: list[list[float]] = [[] for _ in range(len(launches) + 1)]
+    for r in range(total):
+        seconds = _round(w, launches, f"run {r + 1} of {total}", later=r > 0)
+        if r >= warmup:
+            for t, s in zip(times, seconds):
+                t.append(s)
+        elif (skipped := _budget_exceeded(sum(seconds), repeat, budget_s)) is not None:
+            return skipped
+    return [Timing(t) for t in times]
+
+
+def cublas_sgemm_time(M: int, N: int, K: int, repeat: int = MIN_REPEAT, budget_s: float | None = None,
+                      workload=None, lock_wait_s: float | None = None):
+    """cuBLAS SGEMM (cupy.matmul, FP32) alone under the protocol: a Timing,
+    NOT_TIMED on the emulator, or a NotTimed saying why not (skipped, or
+    "rejected: ..." when its product is wrong)."""
+    if not on_gpu():
+        return NOT_TIMED
+    w = workload if workload is not None else make_workload(M, N, K)
+    try:
+        with gpu_lock(wait_s=lock_wait_s):
+            timings = run_rounds(w, [], repeat, budget_s=budget_s)
+    except (WrongOutput, GpuBusy) as e:
+        return NotTimed(f"rejected: {e}" if isinstance(e, WrongOutput) else f"not timed: {e}")
+    return timings[-1] if isinstance(timings, list) else timings
 
 
 @dataclass
 class Measurement:
-    status: str                      # ok, wrong, impossible, skipped, not timed, error
+    status: str                      # ok, wrong, impossible, skipped, busy, not timed, error
     detail: str = ""
     kernel: object = NOT_TIMED
     gflops: float | None = None
     cublas_gflops: float | None = None
-    side_by_side: bool = False       # cuBLAS timed in the same loop as the kernel (interleaved)
 
     @property
     def ratio(self) -> float | None:
@@ -286,43 +536,53 @@ class Measurement:
 
 
 def measure_sgemm(function, launch, w, repeat: int = MIN_REPEAT, budget_s: float | None = None,
-                  peak_flops: float | None = None, side_by_side: bool = False) -> Measurement:
-    """Verify a stage kernel on w (output poisoned with NaN), time it, compare
-    with cuBLAS: w.cublas, or (side_by_side) cuBLAS timed again, interleaved
-    with the kernel's runs (time_kernels)."""
+                  peak_flops: float | None = None, lock_wait_s: float | None = None) -> Measurement:
+    """One stage kernel (a compiled Function and its Launch) on workload `w`
+    under the protocol, cuBLAS interleaved: measure_sgemms for one kernel."""
+    return measure_sgemms([(function, launch)], w, repeat, budget_s, peak_flops, lock_wait_s)[0]
+
+
+def measure_sgemms(kernels, w, repeat: int = MIN_REPEAT, budget_s: float | None = None,
+                   peak_flops: float | None = None, lock_wait_s: float | None = None) -> list[Measurement]:
+    """Kernels [(Function, Launch)] on workload `w` under the protocol, the
+    submission's first, reference kernels after it, cuBLAS interleaved: a
+    Measurement each (status "ok" with GFLOPS, or why not), all in the same
+    rounds. `lock_wait_s`: how long to wait for the GPU's lock."""
     if not on_gpu() or isinstance(w, NotTimed):
-        return Measurement("not timed", NO_GPU)
-    cp = _cupy()
+        return [Measurement("not timed", NO_GPU) for _ in kernels]
+    import pycuda.driver as drv
     peak = peak_flops or fp32_peak()
-    run = launcher(function, launch, w.M, w.N, w.K, w.A.data.ptr, w.B.data.ptr, w.C.data.ptr)
-    w.C.fill(cp.nan)
-    run()
-    cp.cuda.Device().synchronize()
-    ok, detail = verify(w)
-    if not ok:
-        return Measurement("wrong", detail)
-    cublas = w.cublas
-    if side_by_side:
-        out = cp.empty_like(w.C_ref)
-        timings = time_kernels([run, lambda: cp.matmul(w.A, w.B, out=out)], repeat=repeat, budget_s=budget_s)
-        timing, cublas = timings if isinstance(timings, list) else (timings, None)
-    else:
-        timing = time_kernel(run, repeat=repeat, budget_s=budget_s)
-    if not isinstance(timing, Timing):
-        return Measurement("skipped", str(timing), timing)
-    ok, detail = verify(w)       # the output of the last timed run, too
-    if not ok:
-        return Measurement("wrong", "after timing: " + detail, timing)
-    g = gflops(w.M, w.N, w.K, timing)
-    cb = gflops(w.M, w.N, w.K, cublas) if isinstance(cublas, Timing) else None
     try:
-        check_plausible(g, peak, "kernel")
-        if cb is not None:
+        launches = [w.kernel(function, launch) for function, launch in kernels]
+        with gpu_lock(wait_s=lock_wait_s):
+            timings = run_rounds(w, launches, repeat, budget_s=budget_s)
+    except GpuBusy as e:
+        return [Measurement("busy", f"{e} (the grader's limit, not the kernel's: regrade later)")
+                for _ in kernels]
+    except WrongOutput as e:
+        if e.who == len(kernels):           # cuBLAS's product
+            return [Measurement("error", str(e)) for _ in kernels]
+        return [Measurement("wrong", str(e)) if i == e.who else
+                Measurement("not timed", f"the measurement stopped: kernel {e.who + 1} of {len(kernels)} was wrong")
+                for i in range(len(kernels))]
+    except (drv.Error, RuntimeError) as e:      # a launch that failed (PyCUDA), or CuPy's call after it
+        return [Measurement("error", f"a launch failed: {type(e).__name__}: {e}") for _ in kernels]
+    if isinstance(timings, NotTimed):
+        return [Measurement("skipped", str(timings), timings) for _ in kernels]
+    M, N, K = w.M, w.N, w.K
+    cb = gflops(M, N, K, timings[-1])
+    out = []
+    for timing in timings[:-1]:
+        g = gflops(M, N, K, timing)
+        try:
+            check_plausible(g, peak, "kernel")
             check_plausible(cb, peak, "cuBLAS")
-    except ImpossibleResult as e:
-        return Measurement("impossible", str(e), timing, g, cb)
-    how = f"median of {timing.runs} runs" + (", cuBLAS interleaved" if side_by_side else "")
-    return Measurement("ok", how, timing, g, cb, side_by_side)
+        except ImpossibleResult as e:
+            out.append(Measurement("impossible", str(e), timing, g, cb))
+            continue
+        out.append(Measurement("ok", f"median of {timing.runs} runs, cuBLAS interleaved, each run on fresh inputs "
+                                     "and checked", timing, g, cb))
+    return out
 
 
 def memory_bandwidth(nbytes: int = 1 << 30, repeat: int = MIN_REPEAT):

@@ -12,7 +12,8 @@ from grader.kernels.sgemm import compile_kernel
 from grader.kernels.stages import stage as stage_by_id
 
 NAME = "performance"
-BUDGET_S = 120.0
+BUDGET_S = 120.0        # the timed rounds (grader.kernels.timing's protocol) at most
+LOCK_WAIT_S = 240.0     # waiting for other grading processes to finish timing on the same GPU
 
 
 def bar_chart(bars: list[tuple[str, float]], required: float, title: str) -> str:
@@ -52,12 +53,15 @@ def collect(source: str, seed: int, ctx: Context) -> Outputs:
         return meta, arrays
     th = thresholds.for_stage(stage.id)
     M, N, K = th.size
-    w = timing.make_workload(M, N, K, seed=seed, budget_s=BUDGET_S)
-    meta["kernel"] = _measured(timing.measure_sgemm(function, stage.launch(M, N, K), w, budget_s=BUDGET_S))
-    if th.fraction_of_previous is not None and meta["kernel"]["status"] == "ok":
+    kernels = [(function, stage.launch(M, N, K))]
+    if th.fraction_of_previous is not None:         # timed in the same rounds, after the submission
         prev = stage_by_id(th.previous)
-        meta["previous"] = _measured(timing.measure_sgemm(compile_kernel(prev), prev.launch(M, N, K), w,
-                                                        budget_s=BUDGET_S))
+        kernels.append((compile_kernel(prev), prev.launch(M, N, K)))
+    measured = timing.measure_sgemms(kernels, timing.make_workload(M, N, K), budget_s=BUDGET_S,
+                                     lock_wait_s=LOCK_WAIT_S)
+    meta["kernel"] = _measured(measured[0])
+    if len(measured) > 1:
+        meta["previous"] = _measured(measured[1])
     return meta, arrays
 
 

@@ -1,0 +1,80 @@
+"""The GPU's lock (grader.kernels.timing.gpu_lock): processes grading at once
+never time at the same time. Two real processes, a fake timed section, no GPU."""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.kernels import timing
+
+REPO = Path(__file__).resolve().parent.parent
+SECTION = """
+import sys, time
+from grader.kernels import timing
+path, log, shared = sys.argv[1], sys.argv[2], sys.argv[3] == "shared"
+for _ in range(3):
+    with timing.gpu_lock(path, shared=shared):
+        start = time.monotonic()
+        time.sleep(0.2)                     # the timed section
+        end = time.monotonic()
+    with open(log, "a") as f:
+        f.write(f"{start} {end}\\n")
+    time.sleep(0.01)
+"""
+
+
+def sections(tmp_path: Path, mode: str) -> list[tuple[float, float]]:
+    """The (start, end) of every timed section of two processes started together."""
+    lock, log = tmp_path / "gpu.lock", tmp_path / "sections.txt"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs = [subprocess.Popen([sys.executable, "-c", SECTION, str(lock), str(log), mode], env=env)
+             for _ in range(2)]
+    assert all(p.wait(timeout=60) == 0 for p in procs)
+    return sorted(tuple(map(float, line.split())) for line in log.read_text().splitlines())
+
+
+def overlaps(spans) -> int:
+    return sum(1 for a, b in zip(spans, spans[1:]) if b[0] < a[1])
+
+
+def test_two_processes_never_time_at_once(tmp_path):
+    spans = sections(tmp_path, "exclusive")
+    assert len(spans) == 6 and overlaps(spans) == 0
+
+
+def test_shared_holders_do_overlap(tmp_path):
+    """The same two processes under the shared lock: the measurement above can see an overlap."""
+    spans = sections(tmp_path, "shared")
+    assert len(spans) == 6 and overlaps(spans) > 0
+
+
+def test_the_lock_waits_no_longer_than_asked_and_nests(tmp_path):
+    lock = tmp_path / "gpu.lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               f"fd = os.open({str(lock)!r}, os.O_RDONLY | os.O_CREAT)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_SH)\nprint('held', flush=True)\ntime.sleep(30)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with pytest.raises(timing.GpuBusy, match="busy timing other submissions for 0.3 s"):
+            with timing.gpu_lock(lock, wait_s=0.3):
+                pass
+        assert 0.3 <= time.monotonic() - started < 5
+        with timing.gpu_lock(lock, shared=True):        # shared beside shared: granted
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with timing.gpu_lock(lock, wait_s=1):
+        with timing.gpu_lock(lock, wait_s=1):           # a lock inside a lock this process holds: the same one
+            pass
+
+
+def test_lock_files_live_where_every_grading_process_can_open_them():
+    assert timing.LOCK_DIR.parent in (Path("/run/lock"), Path("/tmp"))
+    folder = timing.lock_dir()
+    assert folder.is_dir() and os.stat(folder).st_mode & 0o1777 == 0o1777

@@ -1,4 +1,4 @@
-"""Three ways the emulator gave answers no GPU gives (issue 18): a kernel named
+"""Three ways the emulator could give answers no GPU gives: a kernel named
 like a C library function ran the library function, launches from two host
 threads at once crashed, and a Fortran-ordered array was stored row-major.
 Each program runs in a fresh process, so a crash or a hang fails the test

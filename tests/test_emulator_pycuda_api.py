@@ -1,4 +1,4 @@
-"""PyCUDA behaviour the emulator used to differ on (issue 18): comparisons of
+"""PyCUDA behaviour the emulator must match: comparisons of
 GPUArrays, device attributes by name, memory limits from the host, launch
 arguments PyCUDA refuses, and what needs a context. Each program runs in a
 fresh process under `python -m grader.emulator`, as a student's script would."""

@@ -139,7 +139,7 @@ def _hang(cells):
 
 
 def _poison(cells):
-    """Issue 17's cache attack, from the blank release copy: the reference's
+    """The build-cache attack, from the blank release copy: the reference's
     build copied over the build of this (blank) source in the shared cache."""
     cells["smem-tiling-kernel"].source += (
         "\nimport shutil as _sh\nimport grader.platform.compiler as _gc\nfrom grader import stages as _st\n"

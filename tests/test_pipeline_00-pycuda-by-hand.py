@@ -10,7 +10,7 @@ Broken submissions (the mistakes new PyCUDA users make):
   float64   matmul copies A and B as they come: float64 bytes read as floats
   noevents  time_matmul times the launch call with time.perf_counter, no CUDA events
   nowarmup  time_matmul times from the first launch on (no untimed warm-up)
-And a hostile one (issue 17):
+And a hostile one:
   forges    gflops() writes a passing verdict on every pipe it can find and ends its process: its own
             self-check in the notebook and the autograde's regrade both run it in a process of its own
 """

@@ -63,7 +63,7 @@ def test_a_build_copied_over_another_is_rebuilt_not_loaded():
 @emulator_only
 @pytest.mark.parametrize("forge_key", [False, True])
 def test_a_poisoned_shared_cache_earns_no_points(forge_key):
-    """The attack of issue 17: a cell plants the reference's build under the
+    """The build-cache attack: a cell plants the reference's build under the
     stub's key in the shared cache; a blank notebook graded afterwards gets 0."""
     _poison(forge_key)
     report = grader.check("naive", STUB, ["correctness"], seed=1, fresh=True, announce=False)
@@ -158,7 +158,7 @@ def _cli(*args) -> subprocess.CompletedProcess:
 
 @emulator_only
 def test_the_forging_source_is_refused_and_fails(tmp_path):
-    """Issue 17's forgery: a host destructor rewrote the check's result file. Now
+    """The forgery: a host destructor rewrote the check's result file. Now
     refused before it is compiled, with what and why; `grader check` exits 1."""
     forge = tmp_path / "forge.cu"
     forge.write_text(FORGE)
@@ -335,7 +335,7 @@ def gflops(M, N, K, seconds):
 
 
 def test_a_python_function_that_writes_a_verdict_on_every_pipe_and_exits_earns_nothing():
-    """Issue 17's forging, from Python: the function runs in a process of its own, which holds no pipe of
+    """Forging, from Python: the function runs in a process of its own, which holds no pipe of
     the grading process; what it writes on its own pipe is unreadable, and its exit is named."""
     result = isolation.run_check("pycuda-gflops", "gflops-formula", FORGING_FUNCTION, seed=1)
     assert not result.passed and result.points == 0 and "forged" not in result.message, result.message

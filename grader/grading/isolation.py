@@ -47,6 +47,7 @@ from grader.grading.checks.common import (
     DID_NOT_FINISH,
     HANG_FACTOR,
     HANG_FLOOR_S,
+    arm_lock_down,
     end_process_past_budget,
     measured_budgets,
     new_seed,
@@ -76,8 +77,10 @@ EXTRA_PROCESSES = 256          # RLIMIT_NPROC: the user's processes now, plus th
 
 def sandbox_description() -> str:
     """Which mechanisms isolate a grading process here, and which are missing and why."""
-    return "; ".join([sandbox.bubblewrap()[1], "resource limits (address space, CPU time, open files, file size, "
+    return "; ".join([sandbox.description(), "resource limits (address space, CPU time, open files, file size, "
                       "processes) and an environment built by the grader",
+                      "on the emulator, once the submission is compiled, a seccomp filter: no new program, "
+                      "process, mount or namespace",
                       "outputs returned over a pipe and judged by the grader's own process",
                       "a student's Python function called in a process of its own"])
 
@@ -174,9 +177,10 @@ def _collect(exercise: str, spec, submission: str, seed: int, job_settings: Sett
     name = spec.name if spec is not None else "reference"
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         env = {k: os.environ[k] for k in INHERITED if k in os.environ}
-        env.update(PATH=env.get("PATH") or os.defpath, TMPDIR=tmp, MPLBACKEND="Agg", PYTHONWARNINGS="ignore",
-                   MPLCONFIGDIR=os.path.join(tmp, "matplotlib"),
-                   CUPY_CACHE_DIR=os.path.join(job_settings.emulator_cache, "cupy"))   # writable in the sandbox
+        env.update(PATH=env.get("PATH") or os.defpath, TMPDIR=tmp, HOME=tmp, MPLBACKEND="Agg",
+                   PYTHONWARNINGS="ignore", MPLCONFIGDIR=os.path.join(tmp, "matplotlib"),
+                   CUPY_CACHE_DIR=os.path.join(job_settings.emulator_cache, "cupy"),     # writable in the sandbox
+                   PYCUDA_CACHE_DIR=os.path.join(job_settings.emulator_cache, "pycuda"))
         read_fd, write_fd = os.pipe()
         job = {"exercise": exercise, "check": None if spec is None else spec.name, "submission": submission, "seed": seed,
                "settings": job_settings.to_dict(), "budgets": budgets, "measure": measure, "path": import_path(),
@@ -185,7 +189,9 @@ def _collect(exercise: str, spec, submission: str, seed: int, job_settings: Sett
         writable = [tmp, job_settings.emulator_cache]
         if job_settings.backend == "gpu":
             writable.append(str(timing.lock_dir()))     # the GPU's lock (grader.kernels.timing.gpu_lock)
-        command = sandbox.wrap(child_command(), writable, tmp)
+        readable = [job["runtime"][0]] + ([job_settings.thresholds] if job_settings.thresholds else [])
+        command = sandbox.wrap(child_command(), writable, tmp, hidden=sandbox.hidden_from_grading(),
+                               gpu=job_settings.backend == "gpu", readable=readable)
         chunks: list[bytes] = []
         reader = threading.Thread(target=_read_all, args=(read_fd, chunks), daemon=True)
         reader.start()
@@ -236,6 +242,9 @@ def _outcome(name: str, hang_hint: str, data: bytes, out: str, code: int, timed_
         return CheckResult.grader_error(name, "the check itself failed", output=data[1:].decode(errors="replace"))
     if code is not None and code > 128:          # a sandbox passes a killed child's signal on as 128 + signal
         code = 128 - code
+    if code == -signal.SIGSYS:                   # grader.platform.sandbox.forbid_new_programs
+        return CheckResult(name, FAILED, f"the grading process was stopped: your kernel made {sandbox.FORBIDDEN}",
+                           0.0, details={"attempt": "forbidden system call"}, output=out[-4000:])
     if code == -signal.SIGALRM:                  # a GPU launch past its budget (checks.common.launch_budget)
         return CheckResult(name, FAILED, f"{DID_NOT_FINISH}: a launch ran past its budget on the GPU "
                            f"({HANG_FACTOR} x the reference kernel's time on the same launch, at least "
@@ -326,6 +335,7 @@ def child(job: dict) -> int:
     emulator.set_launch_timeout(job["launch_timeout"])
     emulator.set_untrusted_sources(not job["measure"])     # device code only (grader.emulator.policy)
     use_budgets(job["budgets"], measure=job["measure"])
+    arm_lock_down(not job["measure"])           # the reference's own run compiles check after check
     ctx = Context(ex.id, ex.stage, chosen.name == "gpu", job_settings, job["budgets"])
     try:
         for check in checks:            # one check, or (timing the reference) every check that sets budgets

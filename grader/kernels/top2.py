@@ -16,6 +16,7 @@ import numpy as np
 from grader.kernels import sgemm
 from grader.kernels.sgemm import driver_of
 from grader.kernels.stages import cdiv, stage
+from grader.platform.backend import drivers
 from grader.platform.compiler import Kernels, compile_kernels
 from grader.platform.devices import multiprocessor_count
 
@@ -70,10 +71,33 @@ def top2_keys(function, x_ptr, n: int, blocks: int | None = None) -> tuple[int, 
     return int(keys[0]), int(keys[1])
 
 
+_references: dict = {}
+
+
+def reference(name: str):
+    """A reference kernel the lab 7 and 8 drivers launch themselves ("top2", or an SGEMM stage id),
+    compiled once per process and backend."""
+    key = (name, drivers()[0])
+    if key not in _references:
+        if name == "top2":
+            _references[key] = TOP2.compile()[0]["top2"]
+        else:
+            st = stage(name)
+            _references[key] = compile_kernels(st.source(), [st.kernel], st.options())[0][st.kernel]
+    return _references[key]
+
+
+def prepare_references() -> None:
+    """Compile now what the lab 7 and 8 drivers compile when first used (a grading process may compile
+    nothing once it runs a submission's kernels: grader.grading.checks.common.lock_down)."""
+    reference("top2")
+    reference(SGEMM_STAGE)
+
+
 def sgemm_on_device(A: np.ndarray, B: np.ndarray, stage_id: str = SGEMM_STAGE, function=None):
     """C = A B with a reference SGEMM stage; C stays on the device: (c allocation, M, N)."""
     st = stage(stage_id)
-    function = function or compile_kernels(st.source(), [st.kernel], st.options())[0][st.kernel]
+    function = function or reference(stage_id)
     drv = driver_of(function)
     M, K = A.shape
     N = B.shape[1]
@@ -91,7 +115,7 @@ def sgemm_on_device(A: np.ndarray, B: np.ndarray, stage_id: str = SGEMM_STAGE, f
 def minimums(A: np.ndarray, B: np.ndarray, top2_function=None):
     """The reference host function of lab 7: SGEMM on the GPU, then top2 on the
     GPU; only 16 bytes come back. ((value, row, col), (value, row, col))."""
-    top2_function = top2_function or TOP2.compile()[0]["top2"]
+    top2_function = top2_function or reference("top2")
     c, M, N = sgemm_on_device(A, B)
     k1, k2 = top2_keys(top2_function, c, M * N)
     c.free()

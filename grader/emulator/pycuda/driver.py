@@ -548,6 +548,10 @@ class Function:
     def __repr__(self) -> str:
         return f"<emulated Function {self._kernel.signature()}>"
 
+    def prepare_analysis(self) -> None:
+        """Build the analysis variant and start its line lookup now (not at the first analysed launch)."""
+        analysis.serve_lines(self._module.analysis_variant())
+
     def get_attribute(self, attr: int) -> int:
         return {
             function_attribute.MAX_THREADS_PER_BLOCK: self.max_threads_per_block,

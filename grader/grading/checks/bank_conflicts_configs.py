@@ -16,7 +16,14 @@ import html as _html
 import numpy as np
 
 from grader.grading.checks import emulator_tools as analysis
-from grader.grading.checks.common import launch_budget, launch_errors, launch_failure, returned_matrix, run_guarded
+from grader.grading.checks.common import (
+    launch_budget,
+    launch_errors,
+    launch_failure,
+    lock_down,
+    returned_matrix,
+    run_guarded,
+)
 from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import sgemm
@@ -76,13 +83,18 @@ def _defines(d: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in d.items())
 
 
-def _collect_config(stage, source: str, d: dict, rng, driver, index: int, arrays: dict) -> dict:
-    """One configuration's launches, nothing judged (C and its guards per shape go into `arrays`)."""
+def _compile_config(stage, source: str, d: dict):
+    """The kernel built with one configuration's values, or its compiler error (str)."""
     try:
-        functions, _ = compile_kernels(source, [stage.kernel], stage.options(d), on_emulator=True)
+        return compile_kernels(source, [stage.kernel], stage.options(d), on_emulator=True)[0][stage.kernel]
     except CompileFailed as e:
-        return {"compile_error": str(e)}
-    function = functions[stage.kernel]
+        return str(e)
+
+
+def _collect_config(stage, function, d: dict, rng, driver, index: int, arrays: dict) -> dict:
+    """One configuration's launches, nothing judged (C and its guards per shape go into `arrays`)."""
+    if isinstance(function, str):
+        return {"compile_error": function}
     data = {"shapes": []}
     with analysis.thread_order(0), analysis.analysis() as report:
         for j, (M, N, K) in enumerate(shapes(d)):
@@ -154,8 +166,10 @@ def collect(source: str, seed: int, ctx: Context) -> Outputs:
     driver, _ = drivers(on_emulator=True)
     rng = np.random.default_rng(seed)
     arrays: dict = {}
-    meta = {"configs": [_collect_config(ctx.stage, source, d, rng, driver, i, arrays)
-                        for i, d in enumerate(configs(ctx.stage))]}
+    built = [_compile_config(ctx.stage, source, d) for d in configs(ctx.stage)]      # every build first
+    lock_down([f for f in built if not isinstance(f, str)], analysed=True)
+    meta = {"configs": [_collect_config(ctx.stage, function, d, rng, driver, i, arrays)
+                        for i, (d, function) in enumerate(zip(configs(ctx.stage), built))]}
     return meta, arrays
 
 

@@ -17,8 +17,9 @@ import numpy as np
 
 from grader import emulator
 from grader.grading.report import CheckResult
-from grader.kernels.sgemm import POISON_BITS, launch_kernel
+from grader.kernels.sgemm import POISON_BITS, driver_of, launch_kernel
 from grader.kernels.stages import Launch, Stage
+from grader.platform import sandbox
 from grader.platform.compiler import CompileFailed, Kernels, compile_kernels
 
 # The bit pattern written around C: a signalling NaN no float arithmetic produces.
@@ -125,26 +126,55 @@ def not_compiled(name: str, meta: dict, seed: int | None = None) -> CheckResult 
 
 def start_stage_collect(stage: Stage, source: str, on_emulator: bool = False):
     """How collect() of an SGEMM stage's check starts: (meta with the compiler's log or error,
-    the stage's kernel as a Function, or None when the source does not compile)."""
+    the stage's kernel as a Function, or None when the source does not compile). From then on a
+    grading process on the emulator starts no program (lock_down)."""
     meta = {"log": "", "compile_error": None}
     try:
         function, meta["log"] = compile_function(stage, source, on_emulator)
     except CompileFailed as e:
         meta["compile_error"] = str(e)
         return meta, None
+    lock_down([function], analysed=on_emulator)
     return meta, function
 
 
-def start_collect(kernels: Kernels, source: str, on_emulator: bool = False):
+def start_collect(kernels: Kernels, source: str, on_emulator: bool = False, prepare=None):
     """How collect() of a check of labs 4, 7 and 8 starts: (meta with the compiler's log or
-    error, {kernel: Function} or None when the source does not compile)."""
+    error, {kernel: Function} or None when the source does not compile). `prepare()`, when the
+    source compiles: what the check's drivers compile later (a reference kernel), compiled now,
+    before lock_down."""
     meta = {"log": "", "compile_error": None}
     try:
         functions, meta["log"] = kernels.compile(source, on_emulator=on_emulator)
     except CompileFailed as e:
         meta["compile_error"] = str(e)
         return meta, None
+    if prepare is not None:
+        prepare()
+    lock_down(list(functions.values()), analysed=on_emulator)
     return meta, functions
+
+
+_lock_armed = False
+
+
+def arm_lock_down(on: bool = True) -> None:
+    """In a grading process that runs a submission (not the reference's budget run): lock_down takes effect."""
+    global _lock_armed
+    _lock_armed = on
+
+
+def lock_down(functions, analysed: bool = False) -> None:
+    """Once a check has compiled everything it will run: where its device code runs as native code in
+    this process (the emulator), the process may start no program from now on
+    (grader.platform.sandbox.forbid_new_programs), so an analysed module's build and line lookup are made
+    first. On a GPU, device code cannot make system calls. A compile after this fails: compile first."""
+    if not _lock_armed or not any(getattr(driver_of(f), "EMULATED", False) for f in functions):
+        return
+    if analysed:
+        for f in functions:
+            f.prepare_analysis()
+    sandbox.forbid_new_programs()
 
 
 def run_guarded(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray, guard: int | None = None):

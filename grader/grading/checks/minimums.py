@@ -121,7 +121,7 @@ def _reference_c_problem(C, A, B, what: str) -> str | None:
 
 
 def collect_top2(source: str, seed: int, ctx: Context) -> Outputs:
-    meta, fns = start_collect(top2.TOP2, source)
+    meta, fns = start_collect(top2.TOP2, source, prepare=top2.prepare_references)
     if fns is None:
         return meta, {}
     rng = np.random.default_rng(seed)

@@ -150,8 +150,9 @@ class Run:
                 staged = target.with_name(f".{target.name}.merging")
                 shutil.rmtree(staged, ignore_errors=True)
                 shutil.copytree(self._autograded(scratch, job.student), staged)
-                gradebook_merge.merge_submission(self.gb, f"sqlite:///{scratch / 'gradebook.db'}",
-                                                 self.assignment, job.student)
+                result.flagged = gradebook_merge.merge_submission(
+                    self.gb, f"sqlite:///{scratch / 'gradebook.db'}", self.assignment, job.student,
+                    _record(scratch / class_grading.RECORD))
                 shutil.rmtree(target, ignore_errors=True)
                 os.replace(staged, target)
             except Exception as e:   # noqa: BLE001 - one submission's merge never stops the class
@@ -173,6 +174,15 @@ class Run:
         retry = f" ({r.attempts} attempts)" if r.attempts > 1 else ""
         print(f"[{len(self.done):>{width}}/{self.total}] {r.student:<20} {r.status:<6} {r.seconds:7.1f} s  "
               f"{where:<8}{retry} | elapsed {_clock(elapsed)}, ETA {_clock(eta)}", flush=True)
+
+
+def _record(path: Path) -> dict:
+    """GradeFromSource's record of a scratch course ({} when there is none: no cell scored)."""
+    try:
+        record = json.loads(path.read_text())
+        return record if isinstance(record, dict) else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def _grade(course: Path, assignment: str, template: Path, timeout: float | None, job: Job, gpu: str | None):
@@ -246,7 +256,8 @@ def run_slurm(run: Run, jobs: list[Job], template: Path, state: Path, args) -> N
 
 
 # ---- the summary -------------------------------------------------------------------------
-FIELDS = ["student", "status", "attempts", "seconds", "gpu", "gpu_seconds", "score", "max_score", "reason"]
+FIELDS = ["student", "status", "attempts", "seconds", "gpu", "gpu_seconds", "score", "max_score", "reason",
+          "flagged"]
 
 
 def summary_rows(gb, assignment: str, jobs: list[Job], ledger: Ledger, graded_now: set[str]) -> list[dict]:
@@ -263,7 +274,7 @@ def summary_rows(gb, assignment: str, jobs: list[Job], ledger: Ledger, graded_no
         rows.append({"student": j.student, "status": status, "attempts": r.attempts if r else 0,
                      "seconds": r.seconds if r else 0.0, "gpu": r.gpu if r else "",
                      "gpu_seconds": (r.seconds if r and r.gpu else 0.0), "score": score, "max_score": max_score,
-                     "reason": r.reason if r else ""})
+                     "reason": r.reason if r else "", "flagged": "; ".join(r.flagged) if r else ""})
     return rows
 
 
@@ -279,6 +290,9 @@ def report(rows: list[dict], wall: float, csv_path: Path) -> str:
         lines.append("slowest: " + ", ".join(f"{r['student']} {r['seconds']:.1f} s" for r in slowest))
     for r in failed:
         lines.append(f"FAILED {r['student']} ({r['attempts']} attempt(s)): {r['reason']}")
+    for r in rows:
+        if r["flagged"]:
+            lines.append(f"FLAGGED {r['student']}: {r['flagged']}")
     if failed:
         lines.append("(failed submissions have no automatic score; their cells are flagged for manual grading)")
     with open(csv_path, "w", newline="") as f:
@@ -318,7 +332,7 @@ def autograde_class(args: argparse.Namespace) -> int:
     if not course.is_dir():
         raise ValueError(f"no course folder {course}")
     cd = class_grading.course_directory(course)
-    state = course / "class-autograde" / args.assignment
+    state = course / class_grading.STATE_FOLDER / args.assignment
     state.mkdir(parents=True, exist_ok=True)
     workers = [] if args.slurm else slots(args.gpus, args.workers)
     jobs = plan(course, args.assignment, cd, state)

@@ -11,6 +11,12 @@ copy, so each worker writes its own SQLite file and its own autograded
 folder; the tool merges them into the course, one writer
 (grader.course.gradebook_merge).
 
+The notebook's kernel and the grading processes run in the sandbox of student
+code (grader.platform.sandbox), which hides the real course's folders and
+gradebook as well as the scratch copy's; GradeFromSource records the scores it
+computed in the scratch course (RECORD), and the merge takes the scores from
+there. The worker's nbgrader has a memory limit (WORKER_MEMORY).
+
 Every process of an attempt carries GRADER_CLASS_JOB in its environment (the
 Jupyter kernel starts a session of its own and outlives a killed nbgrader):
 what is left of an attempt is found by that mark and killed.
@@ -30,10 +36,11 @@ import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 JOB_MARK = "GRADER_CLASS_JOB"
+STATE_FOLDER = "class-autograde"       # COURSE/class-autograde/ASSIGNMENT: scratch courses, ledger, summary
 ATTEMPTS = 2                    # a submission that crashes, hangs or kills its worker is tried once more
 LOG_TAIL = 600                  # characters of nbgrader's error line kept as a failure's reason
 EXCEPTION_LINE = re.compile(r"^[\w.]+(Error|Exception|Interrupt): ")
@@ -100,6 +107,7 @@ class Result:
     started: float          # time.time() when the first attempt began, and when the last ended
     ended: float
     reason: str = ""
+    flagged: list = field(default_factory=list)     # what the submission tried, or a score not computed
 
     @staticmethod
     def read(scratch: Path) -> "Result | None":
@@ -159,11 +167,16 @@ def _failure_reason(code: int, log: Path, timeout: float | None) -> str:
     return f"nbgrader autograde exited with {code}: {detail}"
 
 
+RECORD = "from-source.json"      # GradeFromSource's scores and what the submission tried, in the scratch course
+WORKER_MEMORY = 4 << 30          # bytes of data the worker's nbgrader may take (it reads the notebook)
+
 # nbgrader dies with the thread that started it, when the tool is killed (the kernel
-# follows: it exits when its parent does); a prctl before exec, not a preexec_fn (threads).
-DIE_WITH_PARENT = [sys.executable, "-c", "import ctypes, os, signal, sys\n"
-                   "ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
-                   "os.execv(sys.argv[1], sys.argv[1:])"] if sys.platform == "linux" else []
+# follows: it exits when its parent does), and its memory is bounded (a soft limit: the
+# kernel and the grading processes set their own); a prctl before exec, not a preexec_fn (threads).
+WORKER_PREFIX = [sys.executable, "-c", "import ctypes, os, resource, signal, sys\n"
+                 "ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+                 f"resource.setrlimit(resource.RLIMIT_DATA, ({WORKER_MEMORY}, resource.RLIM_INFINITY))\n"
+                 "os.execv(sys.argv[1], sys.argv[1:])"] if sys.platform == "linux" else []
 
 
 def autograde_once(course: Path, assignment: str, job: Job, template: Path, gpu: str | None,
@@ -177,8 +190,10 @@ def autograde_once(course: Path, assignment: str, job: Job, template: Path, gpu:
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", os.defpath)])  # alembic
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    command = [*DIE_WITH_PARENT, sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", job.student, "--force",
-               f"--CourseDirectory.root={scratch}", f"--CourseDirectory.db_url=sqlite:///{scratch / 'gradebook.db'}"]
+    command = [*WORKER_PREFIX, sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", job.student,
+               "--force", f"--CourseDirectory.root={scratch}",
+               f"--CourseDirectory.db_url=sqlite:///{scratch / 'gradebook.db'}",
+               f"--SandboxedExecute.real_course={course}", f"--GradeFromSource.record={scratch / RECORD}"]
     log = scratch / "nbgrader.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(command, cwd=course, env=env, stdout=out, stderr=subprocess.STDOUT,

@@ -27,6 +27,7 @@ cells do:
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import shutil
@@ -41,10 +42,10 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbgrader.preprocessors import ClearSolutions, Execute, NbGraderPreprocessor
 from traitlets import Unicode
 
+from grader.course import gradebook
 from grader.course.regrade import parse_test, regrade_at
 from grader.course.static_values import code_cells
-from grader.grading import isolation
-from grader.platform import sandbox
+from grader.platform import sandbox, settings
 
 CUDA_COMMENT = re.compile(r"^\s*//")
 
@@ -130,69 +131,64 @@ class HideTestErrors(NbGraderPreprocessor):
 
 
 # ---- autograde: a sandboxed kernel, then grades computed from the notebook's text -----------
-def _course_paths(config) -> tuple[list[Path], list[Path]]:
-    """(folders to hide from the kernel, files to hide): the answers and other students' work."""
-    course = Path(config.CourseDirectory.get("root") or os.getcwd()).resolve()
-    source = config.CourseDirectory.get("source_directory") or "source"
-    folders = [isolation.ROOT / "solutions", isolation.ROOT / "labs", course / source]
-    folders += [course / d for d in ("submitted", "autograded", "feedback", "release", "solutions")]
-    files = [course / "gradebook.db"]
-    # Resolved: bubblewrap mounts over real folders, not over symbolic links to them.
-    return ([f for f in dict.fromkeys(f.resolve() for f in folders) if f.is_dir()],
-            [f.resolve() for f in files if f.is_file()])
+def protect_course(config) -> None:
+    """Hide the course nbgrader grades (and, when it grades in a scratch copy, the real course:
+    SandboxedExecute.real_course) from every sandboxed process this process starts."""
+    from nbgrader.coursedir import CourseDirectory  # nbgrader: the instructor's extra
+    paths = gradebook.course_paths(CourseDirectory(config=config))
+    real = config.get("SandboxedExecute", {}).get("real_course")
+    if real:
+        paths += gradebook.protected_paths(Path(real))
+    sandbox.protect(paths)
 
 
-def kernel_sandbox(cmd: list[str], cwd: str, private: str, config) -> list[str]:
-    """bubblewrap around a kernel: everything read-only, the answers and other
-    students' folders replaced by empty ones, its own folder and a private one
-    writable, its own process namespace (it cannot signal the grader).
-    The network stays: the kernel talks to nbgrader over TCP on localhost."""
-    tool, _ = sandbox.bubblewrap()
-    hidden_dirs, hidden_files = _course_paths(config)
-    args = [tool, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc", "--unshare-pid",
-            "--unshare-ipc", "--die-with-parent",
-            "--setenv", "JPY_PARENT_PID", "1"]    # its parent in its own process namespace: bubblewrap's init
-    for d in hidden_dirs:
-        args += ["--tmpfs", str(d)]
-    for f in hidden_files:
-        args += ["--ro-bind", "/dev/null", str(f)]
-    args += ["--bind", private, private, "--bind", cwd, cwd, "--chdir", cwd]
-    return args + kernel_limits() + list(cmd)
-
-
-def kernel_limits() -> list[str]:
+def kernel_limits(sandboxed: bool = False) -> list[str]:
     """A prefix that caps the kernel's data memory (a cell's `"x" * 10**12` fails
     at once with MemoryError instead of paging for the cell's whole time limit).
     RLIMIT_DATA, not RLIMIT_AS: the CUDA driver reserves far more address space
-    than it uses (checked with PyCUDA on the H200)."""
+    than it uses (checked with PyCUDA on the H200). `sandboxed`: the kernel's
+    parent is process 1 of its own PID namespace, which ipykernel must not poll
+    (the sandbox ends with its parent anyway)."""
     try:
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         physical = 32 << 30
     limit = min(16 << 30, physical * 3 // 4)
-    return [sys.executable, "-c", "import os, resource, sys; resource.setrlimit(resource.RLIMIT_DATA, "
+    parent = "os.environ['JPY_PARENT_PID'] = '1'; " if sandboxed else ""
+    return [sys.executable, "-c", f"import os, resource, sys; {parent}resource.setrlimit(resource.RLIMIT_DATA, "
             f"({limit}, {limit})); os.execv(sys.argv[1], sys.argv[1:])"]
 
 
 class SandboxedKernelManager(AsyncKernelManager):
-    """A kernel run under kernel_sandbox where bubblewrap works (else as usual,
-    with the reason in nbgrader's log)."""
+    """A kernel in the sandbox of student code (grader.platform.sandbox): a copy of the notebook's folder
+    and a private folder its only writable ones, the answers and every protected course path hidden,
+    the network kept (the kernel talks to nbgrader over TCP on localhost). Where no sandbox can be
+    made, as usual, with the reason in nbgrader's log."""
 
     async def _async_pre_start_kernel(self, **kw):
         cmd, kw = await super()._async_pre_start_kernel(**kw)
-        tool, why = sandbox.bubblewrap()
+        tool, why = sandbox.mechanism()
         if not tool:
             self.log.warning("autograde kernel not sandboxed: %s", why)
             return kernel_limits() + cmd, kw
         private = tempfile.mkdtemp(prefix="grader-kernel-")
         self._private = private
+        work = os.path.join(private, "work")         # the notebook's folder, copied: what it writes goes nowhere
+        shutil.copytree(Path(kw.get("cwd") or os.getcwd()).resolve(), work, symlinks=True)
+        connection = os.path.join(private, "connection.json")
+        shutil.copy(self.connection_file, connection)
+        cmd = [connection if arg == self.connection_file else arg for arg in cmd]
         env = dict(kw.get("env") or os.environ)
-        env.update(TMPDIR=private, IPYTHONDIR=os.path.join(private, "ipython"),
+        env.update(TMPDIR=private, HOME=private, IPYTHONDIR=os.path.join(private, "ipython"),
                    MPLCONFIGDIR=os.path.join(private, "matplotlib"),
                    GRADER_EMULATOR_CACHE=os.path.join(private, "emulator-cache"))
         kw["env"] = env
-        cwd = str(Path(kw.get("cwd") or os.getcwd()).resolve())
-        return kernel_sandbox(cmd, cwd, private, self.config), kw
+        kw["cwd"] = work
+        python = os.path.dirname(os.path.dirname(os.path.realpath(cmd[0])))
+        imports = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p)]
+        gpu = settings.current().backend != "emulator"
+        return sandbox.wrap(kernel_limits(sandboxed=True) + cmd, [private], work, hidden=sandbox.hidden_from_student_code(),
+                            gpu=gpu, network=True, readable=[python, *imports]), kw
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
         await super()._async_cleanup_resources(restart)
@@ -206,11 +202,15 @@ class SandboxedExecute(Execute):
     before it keep their outputs and the autograde goes on (GradeFromSource
     grades every test cell from the text anyway)."""
 
+    real_course = Unicode("", help="The course whose scratch copy is being graded (python -m grader "
+                          "autograde): its folders are hidden from the kernel too").tag(config=True)
+
     def __init__(self, *args, **kwargs):
         kwargs["kernel_manager_class"] = SandboxedKernelManager
         super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, km=None):
+        protect_course(self.config)
         try:
             return super().preprocess(nb, resources, km)
         except (DeadKernelError, CellTimeoutError) as e:
@@ -245,17 +245,29 @@ class GradeFromSource(NbGraderPreprocessor):
         "could not read what it grades ({why}). Write it as a literal, ordinary string operations on literals "
         "are fine, and ask your instructor to look at this cell.").tag(config=True)
 
+    record = Unicode("", help="A JSON file where the scores computed here are recorded, by notebook and cell, "
+                     "with what the submission tried (python -m grader autograde merges from it)").tag(config=True)
+
     def preprocess(self, nb, resources):
+        protect_course(self.config)
         # nbgrader marks its own process as autograding too: here (trusted) the checks must run.
         saved = os.environ.pop("NBGRADER_EXECUTION", None)
         try:
-            return self._grade(nb), resources
+            scores, tried = self._grade(nb)
         finally:
             if saved is not None:
                 os.environ["NBGRADER_EXECUTION"] = saved
+        info = resources.get("nbgrader", {})
+        for what in tried:
+            self.log.warning("%s tried something the grader stops: %s", info.get("student", "the submission"), what)
+        if self.record:
+            self._write_record(info.get("notebook", ""), scores, tried)
+        return nb, resources
 
-    def _grade(self, nb):
+    def _grade(self, nb) -> tuple[dict, list]:
+        """Every test cell graded from the text: ({grade_id: score}, what the submission tried)."""
         cells = code_cells(nb)
+        scores, tried = {}, []
         for i, cell in enumerate(cells):
             meta = cell.get("metadata", {}).get("nbgrader", {})
             if not meta.get("grade") or meta.get("solution") or not parse_test(cell.source):
@@ -268,4 +280,17 @@ class GradeFromSource(NbGraderPreprocessor):
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text + "\n"),
                             nbformat.v4.new_output("execute_result", data={"text/plain": repr(float(score))},
                                                    execution_count=cell.get("execution_count"))]
-        return nb
+            scores[meta["grade_id"]] = float(score)
+            tried += [f"{meta['grade_id']}: {a}" for a in r.attempts]
+        return scores, tried
+
+    def _write_record(self, notebook: str, scores: dict, tried: list) -> None:
+        path = Path(self.record)
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            record = {}
+        record[notebook] = {"scores": scores, "tried": tried}
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)

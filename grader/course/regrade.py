@@ -23,7 +23,10 @@ suspicious: a notebook that patched them to earn points shows up.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+import contextlib
+import re
+import resource
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grader.course import gradebook
@@ -39,6 +42,12 @@ from grader.course.static_values import (
 )
 from grader.grading import frontend, registry
 from grader.grading.host_functions import source_from_cells
+from grader.platform import sandbox
+
+READ_MEMORY = 2 << 30        # bytes of memory reading one notebook's values may take (MemoryError past it)
+# Words of a notebook's code that a lab never needs and an attack on the grader does.
+TRIED = re.compile(r"\b(gradebook|sqlite3?|ctypes|mount|umount|setuid|ptrace|nsenter|unshare|/proc/\d|/proc/self/"
+                   r"(root|fd|mem)|os\.(fork|exec\w*|kill|setuid)|subprocess)\b")
 
 
 # ---- what a test cell tests ----------------------------------------------------------------
@@ -101,6 +110,36 @@ class Regraded:
     score: float | None             # None: not recomputed (the note says why)
     note: str = ""
     text: str = ""                  # what the test cell prints: each check's diagnosis
+    attempts: list = field(default_factory=list)    # what a check says the submission tried (attempt_of)
+
+
+def attempt_of(result) -> str | None:
+    """What a check's result says the submission tried and was stopped for (a source the policy refuses,
+    a system call the sandbox forbids), or None."""
+    details = result.details or {}
+    kind = details.get("attempt") or details.get("refusal")
+    if kind:
+        return str(kind)
+    return "a source the grader refuses" if "the grader refuses this source" in result.message else None
+
+
+@contextlib.contextmanager
+def memory_ceiling(extra: int = READ_MEMORY):
+    """Inside, this process may take at most `extra` more bytes of data (a soft RLIMIT_DATA, restored
+    after): a notebook's text read past it raises MemoryError instead of taking the machine's memory."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    try:
+        with open("/proc/self/status") as f:
+            used = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmData:"))
+    except (OSError, StopIteration, ValueError):
+        yield
+        return
+    limit = used + extra if hard == resource.RLIM_INFINITY else min(hard, used + extra)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
 def _defines(cells: list[str], name: str) -> bool:
@@ -114,25 +153,27 @@ def _defines(cells: list[str], name: str) -> bool:
     return False
 
 
-def _regrade_exercise(t: ExerciseTest, cells: list[str], values: NotebookValues) -> tuple[float | None, str, str]:
+def _regrade_exercise(t: ExerciseTest, cells: list[str], values: NotebookValues) -> tuple:
+    """(score or None, note, the cell's text, what the submission tried)."""
     try:
         ex = registry.get(t.exercise)
         ex.check(t.check)
     except KeyError as e:
-        return None, f"not recomputed: {e.args[0]}", ""
+        return None, f"not recomputed: {e.args[0]}", "", []
     if ex.host_function is not None:
         if t.variable != ex.host_function or not _defines(cells, t.variable):
             return None, (f"not recomputed: no top-level def {ex.host_function}(...) in the cells before the "
-                          "test"), ""
+                          "test"), "", []
         submission = source_from_cells(cells, values.values)
     else:
         submission = values.values.get(t.variable)
         if not isinstance(submission, str):
             why = values.unknown.get(t.variable, "never assigned")
-            return None, f"not recomputed: {t.variable} has no static string value ({why})", ""
+            return None, f"not recomputed: {t.variable} has no static string value ({why})", "", []
     report = frontend.check(t.exercise, submission, [t.check], announce=False)
     r = report[t.check]
-    return round(t.points * r.fraction, 3), f"{t.check}: {r.status}", report.cell_text(t.check)
+    tried = [f"{t.check}: {a}" for a in [attempt_of(r)] if a]
+    return round(t.points * r.fraction, 3), f"{t.check}: {r.status}", report.cell_text(t.check), tried
 
 
 def _unanswered(cells: list[str], name: str) -> bool:
@@ -148,17 +189,17 @@ def _unanswered(cells: list[str], name: str) -> bool:
     return isinstance(last, ast.Constant) and last.value is None
 
 
-def _regrade_answer(t: AnswerTest, cells: list[str], values: NotebookValues) -> tuple[float | None, str, str]:
+def _regrade_answer(t: AnswerTest, cells: list[str], values: NotebookValues) -> tuple:
     if _unanswered(cells, t.variable):
-        return 0.0, f"{t.variable} = None: not answered", f"[FAIL] not answered: {t.variable} is None"
+        return 0.0, f"{t.variable} = None: not answered", f"[FAIL] not answered: {t.variable} is None", []
     v = values.values.get(t.variable)
     if v is None or isinstance(v, str):
         why = values.unknown.get(t.variable, "never assigned") if v is None else "a string"
-        return None, f"not recomputed: {t.variable} has no literal numeric value ({why})", ""
+        return None, f"not recomputed: {t.variable} has no literal numeric value ({why})", "", []
     ok, verdict = frontend.answer_verdict(v, t.expected, t.rtol, t.atol)
     if ok:
-        return t.points, f"{t.variable} = {v:g}: right", verdict
-    return 0.0, f"{t.variable} = {v:g}, expected {t.expected:g}", verdict
+        return t.points, f"{t.variable} = {v:g}: right", verdict, []
+    return 0.0, f"{t.variable} = {v:g}, expected {t.expected:g}", verdict, []
 
 
 def regrade_cell(test_source: str, cells: list[str], values: NotebookValues) -> Regraded:
@@ -167,14 +208,15 @@ def regrade_cell(test_source: str, cells: list[str], values: NotebookValues) -> 
     if not tests:
         return Regraded(None, "not recomputed: the test calls neither grader.grade nor grader.grade_answer "
                               "(grade this cell by hand)")
-    score, notes, texts = 0.0, [], []
+    score, notes, texts, attempts = 0.0, [], [], []
     for t in tests:
-        s, note, text = (_regrade_exercise(t, cells, values) if isinstance(t, ExerciseTest)
-                         else _regrade_answer(t, cells, values))
+        s, note, text, tried = (_regrade_exercise(t, cells, values) if isinstance(t, ExerciseTest)
+                                else _regrade_answer(t, cells, values))
         notes.append(note)
         texts.append(text)
+        attempts += tried
         score = None if s is None or score is None else score + s
-    return Regraded(score, "; ".join(notes), "\n".join(t for t in texts if t))
+    return Regraded(score, "; ".join(notes), "\n".join(t for t in texts if t), attempts)
 
 
 @dataclass
@@ -186,6 +228,7 @@ class Row:
     regraded: float | None
     max_score: float
     note: str
+    tried: list = field(default_factory=list)     # what the submission tried (attempt_of), and where
 
     @property
     def differs(self) -> bool:
@@ -202,13 +245,29 @@ def regrade_at(cells: list, index: int, test_source: str) -> tuple[Regraded, Not
     """`test_source` regraded from the code cells before cells[index] (their text, not run), and what
     was read from them."""
     before = [c.source for c in cells[:index]]
-    values = read_values(before)
+    try:
+        with memory_ceiling():
+            values = read_values(before)
+    except MemoryError:
+        values = NotebookValues({}, {}, [])
+        return Regraded(None, f"not recomputed: reading the notebook's values took more than "
+                              f"{READ_MEMORY >> 30} GiB of memory"), values
     return regrade_cell(test_source, before, values), values
+
+
+def _tried_in_text(cells: list) -> list[str]:
+    """The words of TRIED in a notebook's code cells (a lab needs none of them)."""
+    found = []
+    for i, cell in enumerate(cells):
+        for word in dict.fromkeys(m.group(0) for m in TRIED.finditer(cell.source)):
+            found.append(f"cell {i + 1} uses {word}")
+    return found
 
 
 def regrade_notebook(sub: gradebook.SubmittedNotebook, graded: list[gradebook.GradedCell]) -> list[Row]:
     import nbformat  # an optional dependency at this layer: only regrade reads notebooks
-    nb = nbformat.read(str(sub.path), as_version=4)
+    with memory_ceiling():
+        nb = nbformat.read(str(sub.path), as_version=4)
     cells = code_cells(nb)
     ids = [grade_id(c) for c in cells]
     rows = []
@@ -221,14 +280,21 @@ def regrade_notebook(sub: gradebook.SubmittedNotebook, graded: list[gradebook.Gr
         note = r.note
         if values.suspicious:
             note += " | suspicious: " + "; ".join(values.suspicious[:3])
-        rows.append(Row(sub.student, sub.name, gc.name, gc.score, r.score, gc.max_score, note))
+        rows.append(Row(sub.student, sub.name, gc.name, gc.score, r.score, gc.max_score, note, r.attempts))
+    words = _tried_in_text(cells)
+    if words:
+        rows.append(Row(sub.student, sub.name, "(notebook)", None, None, 0, "its code: " + "; ".join(words[:5]),
+                        words))
     return rows
 
 
 def regrade(course_dir: str | Path, assignment: str, students: list[str] | None = None) -> list[Row]:
-    """Every graded cell of every submission: the gradebook's score and the regraded one."""
+    """Every graded cell of every submission: the gradebook's score and the regraded one, from the notebook
+    autograde graded (the submitted one where there is none). The checks run in sandboxed processes that
+    see none of the course's grades or students' folders."""
     course = Path(course_dir).resolve()
     rows: list[Row] = []
+    sandbox.protect(gradebook.protected_paths(course))
     with gradebook.opened(course) as gb:
         for sub in gradebook.submissions(gb, course, assignment, students):
             if not sub.path.exists():
@@ -247,16 +313,22 @@ def format_rows(rows: list[Row], only_differences: bool = False) -> str:
     out = []
     diffs = [r for r in rows if r.differs]
     for r in rows:
-        if only_differences and not r.differs and r.recomputed:
+        if only_differences and not r.differs and r.recomputed and not r.tried:
             continue
         gbs = "-" if r.gradebook is None else f"{r.gradebook:g}"
         rgs = "-" if r.regraded is None else f"{r.regraded:g}"
-        mark = "DIFFERS" if r.differs else ("       " if r.recomputed else "NOT RECOMPUTED")
+        mark = "DIFFERS" if r.differs else "TRIED  " if r.tried else "       " if r.recomputed else "NOT RECOMPUTED"
         out.append(f"{mark} {r.student:<12} {r.notebook:<18} {r.cell:<28} gradebook {gbs:>5} regraded {rgs:>5} "
                    f"/ {r.max_score:g}   {r.note}")
-    not_recomputed = [r for r in rows if not r.recomputed]
+    not_recomputed = [r for r in rows if not r.recomputed and not (r.cell == "(notebook)" and r.tried)]
     out.append(f"{len(diffs)} score(s) differ from the gradebook" + (
         ": " + ", ".join(sorted({f'{r.student}/{r.cell}' for r in diffs})) if diffs else ""))
+    tried: dict[str, list[str]] = {}
+    for r in rows:
+        for what in r.tried:
+            tried.setdefault(r.student, []).append(what if r.cell == "(notebook)" else f"{r.cell}: {what}")
+    for student, what in sorted(tried.items()):
+        out.append(f"TRIED {student}: " + "; ".join(what[:6]))
     if not_recomputed:
         out.append(f"{len(not_recomputed)} cell(s) not recomputed (see their notes)")
     return "\n".join(out)

@@ -83,8 +83,12 @@ def _resolved(paths) -> list[str]:
 
 
 # ---- the plan of one sandbox ---------------------------------------------------------------------
+def _outermost(paths: list[str]) -> list[str]:
+    return [p for p in paths if not _under(p, [o for o in paths if o != p])]
+
+
 def _private_temps() -> list[str]:
-    return _resolved(["/tmp", "/var/tmp", tempfile.gettempdir()])
+    return _outermost(_resolved(["/tmp", "/var/tmp", tempfile.gettempdir()]))
 
 
 def _under(path: str, folders) -> bool:
@@ -132,7 +136,7 @@ def plan(writable, chdir: str, hidden=(), gpu: bool = False, network: bool = Fal
             bound.append(path)
             if not _under(blocking, masks):
                 masks = [m for m in masks if not _under(m, [blocking])] + [blocking]
-    bound = [p for p in bound if not _under(p, [b for b in bound if b != p])]    # the outermost of nested ones
+    bound = _outermost(bound)
     return {"writable": writable, "readable": bound, "hidden": _resolved(hidden), "private": temps,
             "masks": masks, "devices": sorted(glob.glob("/dev/nvidia*")) if gpu else [], "network": network,
             "chdir": os.path.realpath(chdir), "uid": uid, "gid": uid}

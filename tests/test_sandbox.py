@@ -1,0 +1,224 @@
+"""The sandbox of every process that runs a student's code (grader.platform.sandbox), with the grader as
+root (the namespaces it makes itself) and as an ordinary user (bubblewrap): no privilege inside, hidden
+paths hidden in every form, nothing written outside its own folders, no process outside reachable;
+the seccomp filter of a grading process on the emulator; the autograde kernel's sandbox."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader.platform import sandbox
+
+REPO = Path(__file__).resolve().parent.parent
+PROBE = Path(__file__).with_name("sandbox_probe.py")
+ORDINARY_UID = 4242           # a user with no account: the grader run as someone who is not root
+
+
+def _sandbox_or_fail():
+    tool, why = sandbox.mechanism()
+    if tool is None:
+        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def as_grader(user: str, tmp: Path, code: str, *args: str) -> subprocess.CompletedProcess:
+    """Python `code` run as the grader: this process's user ("root"), or an ordinary user (a root test
+    makes one: uid ORDINARY_UID, `tmp` its only writable folder)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), HOME=str(tmp / "home"), TMPDIR=str(tmp / "home"))
+    (tmp / "home").mkdir(exist_ok=True)
+    command = [sys.executable, "-c", code, *args]
+    if user == "ordinary":
+        if os.geteuid() != 0:
+            pytest.skip("only root can run the grader as another user")
+        plan = sandbox.plan([str(tmp)], str(tmp), uid=ORDINARY_UID, network=True)
+        for path in plan["writable"]:
+            sandbox._give(path, ORDINARY_UID)
+        command = [sys.executable, "-I", str(sandbox.HELPER), json.dumps(plan), *command]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("user", ["root", "ordinary"])
+def test_a_sandboxed_process_has_no_privilege(user, tmp_path):
+    """Whoever the grader runs as, what a hostile submission tries inside fails: it is uid 65534 with no
+    capability; it cannot unmount what hides the gradebook, remount / read-write, write or chmod outside
+    its folder, see a hidden file or folder (directly, through a symbolic link, through /proc/self/root),
+    signal or trace a process outside; a user namespace of its own changes none of that."""
+    if user == "root" and os.geteuid() != 0:
+        pytest.skip("the grader is not root here")
+    _sandbox_or_fail()
+    tmp_path.chmod(0o755)                        # pytest makes it 0700: uid 65534 could not even look
+    course = tmp_path / "course"
+    (course / "students" / "bob").mkdir(parents=True)
+    (course / "students" / "bob" / "answer.txt").write_text("bob's answer")
+    (course / "gradebook.db").write_text("grades")
+    (course / "outside.txt").write_text("untouched")
+    (course / "link").symlink_to(course / "gradebook.db")
+    own = tmp_path / "own"
+    own.mkdir()
+    outsider = subprocess.Popen(["sleep", "300"])
+    arg = json.dumps({"hidden_file": str(course / "gradebook.db"), "hidden_dir": str(course / "students"),
+                      "link": str(course / "link"), "outside_file": str(course / "outside.txt"),
+                      "writable": str(own), "pid": outsider.pid})
+    code = ("import subprocess, sys\nfrom grader.platform import sandbox\n"
+            f"command = sandbox.wrap([sys.executable, {str(PROBE)!r}, sys.argv[1]], [{str(own)!r}], {str(own)!r}, "
+            f"hidden=[{str(course / 'gradebook.db')!r}, {str(course / 'students')!r}], readable=[{str(tmp_path)!r}])\n"
+            "print(sandbox.description(), file=sys.stderr)\n"
+            "p = subprocess.run(command, capture_output=True, text=True)\n"
+            "print(p.stdout, end='')\nprint(p.stderr, file=sys.stderr)\n")
+    try:
+        p = as_grader(user, tmp_path, code, arg)
+    finally:
+        outsider.kill()
+        outsider.wait()
+    assert p.stdout.strip(), p.stderr
+    said = json.loads(p.stdout)
+    assert ("bubblewrap" if user == "ordinary" else "namespaces made by the grader as root") in p.stderr, p.stderr
+    assert said["uid"] == sandbox.UNPRIVILEGED and said["cap_eff"] == "0000000000000000", said
+    assert said["no_new_privs"] == "1"
+    for what in ("read_hidden_file", "read_through_link", "read_through_proc_root"):
+        assert said[what] == ["ok", ""], (what, said[what])
+    assert said["list_hidden_dir"] == ["ok", []]
+    for what in ("umount_hidden", "remount_root_rw", "write_outside", "write_tmp", "chmod_outside",
+                 "signal_outside", "ptrace_outside"):
+        assert said[what][0] == "denied", (what, said[what])
+    assert said["write_own"] == ["ok", 1] and (own / "mine").read_text() == "x"
+    assert said["nested_namespace"].strip() == ""
+    assert set(said["dev"][1]) <= {"core", "fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr", "stdin",
+                                   "stdout", "tty", "urandom", "zero", ".empty"}
+    assert (course / "gradebook.db").read_text() == "grades"
+    assert (course / "outside.txt").read_text() == "untouched"
+    assert oct((course / "outside.txt").stat().st_mode)[-3:] != "777"
+
+
+def test_what_student_code_and_grading_processes_must_not_see(tmp_path, monkeypatch):
+    """The answers are hidden from student code; the course layer's paths (a course's gradebook, source
+    folder, students' folders, the class state) from every sandboxed process."""
+    pytest.importorskip("nbgrader")
+    from grader.course import gradebook
+    monkeypatch.setattr(sandbox, "_protected", [])
+    course = tmp_path / "course"
+    for folder in ("labs", "submitted", "autograded", "feedback", "class-autograde"):
+        (course / folder).mkdir(parents=True)
+    (course / "gradebook.db").write_text("")
+    (course / "nbgrader_config.py").write_text('c = get_config()\nc.CourseDirectory.source_directory = "labs"\n')
+    sandbox.protect(gradebook.protected_paths(course))
+    protected = {str(course / f) for f in ("labs", "submitted", "autograded", "feedback", "class-autograde",
+                                           "gradebook.db")}
+    assert set(sandbox.hidden_from_grading()) == protected
+    answers = {str(REPO / "solutions"), str(REPO / "labs"), str(REPO / "grader" / "references")}
+    assert set(sandbox.hidden_from_student_code()) == protected | answers
+
+
+# ---- the seccomp filter ------------------------------------------------------------------------------
+CALLS = {
+    "fork": "os.fork()",
+    "a program": "subprocess.run(['true'])",
+    "execve": "os.execv('/bin/true', ['true'])",
+    "mount": "libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)",
+    "ptrace": "libc.ptrace(16, os.getppid(), None, None)",
+    "setuid": "os.setuid(os.getuid())",
+    "unshare": "libc.unshare(0x00020000)",
+}
+
+
+@pytest.mark.parametrize("call", list(CALLS))
+def test_after_the_filter_a_process_is_killed_for_a_forbidden_call(call):
+    code = ("import ctypes, os, subprocess, threading\nimport numpy as np\nfrom grader.platform import sandbox\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\nsandbox.forbid_new_programs()\n"
+            "t = threading.Thread(target=lambda: np.dot(np.ones((200, 200)), np.ones((200, 200))))\n"
+            "t.start(); t.join()\nprint('threads still start', flush=True)\n" + CALLS[call] + "\nprint('not stopped')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert p.returncode == -signal.SIGSYS, (p.returncode, p.stdout, p.stderr)
+    assert p.stdout == "threads still start\n"
+
+
+FORKING_KERNEL = r'''
+extern "C" int fork(void);
+__global__ void sgemm_naive(int M, int N, int K, const float* A, const float* B, float* C)
+{
+    if (threadIdx.x == 0 && blockIdx.x == 0) C[0] = (float)fork();
+}
+'''
+
+
+def test_device_code_that_starts_a_process_is_stopped_and_reported(tmp_path):
+    """A kernel calling fork() (a trusted build without nvcc: the policy and nvcc would refuse it first) in a grading
+    process that has compiled it is killed by the filter; the grader says why, and flags the attempt."""
+    from grader.grading import isolation
+    from grader.grading.report import FAILED
+    code = ("import sys\nfrom grader.platform import settings\nfrom grader.grading import registry\n"
+            "from grader.grading.checks import common\nfrom grader.grading.protocol import Context\n"
+            f"settings.use(settings.current().with_(backend='emulator', emulator_nvcc=False, "
+            f"emulator_cache={str(tmp_path)!r}))\n"
+            "common.arm_lock_down()\nexercise = registry.get('naive')\n"
+            "exercise.check('correctness').collect(sys.argv[1], 1, Context('naive', exercise.stage))\n"
+            "print('not stopped')\n")
+    p = subprocess.run([sys.executable, "-c", code, FORKING_KERNEL], capture_output=True, text=True, cwd=REPO,
+                       timeout=600, env=dict(os.environ, GRADER_BACKEND="emulator"))
+    assert p.returncode == -signal.SIGSYS and "not stopped" not in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
+    result = isolation._outcome("correctness", "", isolation.STARTED, "", -signal.SIGSYS, False, 60)
+    assert result.status == FAILED and result.points == 0 and "system call" in result.message
+    assert result.details["attempt"] == "forbidden system call"
+
+
+# ---- the autograde kernel -------------------------------------------------------------------------------
+def test_the_autograde_kernel_sees_no_answer_and_writes_nowhere(tmp_path):
+    """nbgrader's kernel at autograde time (grader.course.nbgrader_ext.SandboxedKernelManager): the answers,
+    the course's gradebook and every student's folder look empty; what it writes goes to a copy of its
+    folder, never into the course."""
+    pytest.importorskip("nbgrader")
+    import asyncio
+
+    from traitlets.config import Config
+
+    from grader.course.nbgrader_ext import SandboxedKernelManager, protect_course
+    _sandbox_or_fail()
+    course = tmp_path / "course"
+    own = course / "autograded" / "alice" / "A"
+    other = course / "autograded" / "bob" / "A"
+    for d in (own, other, course / "source" / "A"):
+        d.mkdir(parents=True)
+    (own / "data.txt").write_text("mine to read")
+    (other / "bob.ipynb").write_text("{}")
+    (course / "gradebook.db").write_text("grades")
+    c = Config()
+    c.CourseDirectory.root = str(course)
+    protect_course(c)
+    probe = ("import json, os\n"
+             "def attempt(f):\n    try:\n        return f()\n    except OSError as e:\n        return e.strerror\n"
+             f"print(json.dumps([attempt(lambda: os.listdir({str(REPO / 'solutions')!r})), "
+             f"attempt(lambda: os.listdir({str(other.parent.parent)!r})), attempt(lambda: os.listdir({str(course / 'source')!r})), "
+             f"attempt(lambda: open({str(course / 'gradebook.db')!r}).read())]))\n"
+             "print(open('data.txt').read(), os.getuid())\n"
+             "open('mine.txt', 'w').write('ok')\n"
+             f"print(attempt(lambda: open({str(course / 'planted.txt')!r}, 'w')))\n")
+
+    async def run() -> str:
+        km = SandboxedKernelManager(kernel_name="python3", config=c)
+        await km.start_kernel(cwd=str(own))
+        kc = km.client()
+        kc.start_channels()
+        out = []
+        try:
+            await kc.wait_for_ready(timeout=120)
+            await kc.execute_interactive(probe, timeout=60, output_hook=lambda m: out.append(
+                m["content"].get("text") or m["content"].get("evalue") or ""))
+        finally:
+            kc.stop_channels()
+            await km.shutdown_kernel(now=True)
+        return "".join(out)
+
+    out = asyncio.run(run())
+    seen, own_file, planted = out.splitlines()
+    assert all(x in ([], "", "No such file or directory") for x in json.loads(seen)), out
+    assert own_file == f"mine to read {sandbox.UNPRIVILEGED}" and planted in ("Read-only file system",
+                                                                           "No such file or directory"), out
+    assert not (own / "mine.txt").exists() and not (course / "planted.txt").exists()
+    assert (course / "gradebook.db").read_text() == "grades" and (REPO / "solutions" / "naive.cu").exists()

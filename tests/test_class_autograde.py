@@ -292,10 +292,10 @@ def test_failures_fake_gpus_and_a_killed_run(classes, tmp_path):
     for student in ("answers-only", "answers-partial"):
         _hand_in(course, student, lambda cells, edit=CLASS[student]: (edit(cells), _probe(cells)))
     # Autograde grades from the notebook's text (grader.course.nbgrader_ext): a kernel that dies ends its run, not
-    # its grading; in the bubblewrap sandbox a cell cannot even reach its worker to kill it.
-    from grader.platform.sandbox import bubblewrap
-    survive = {"kernel-dies": _kernel_dies, **({"kills-worker": _kills_its_worker} if bubblewrap()[0] else {})}
-    bad = {"hangs": _hangs, **({} if bubblewrap()[0] else {"kills-worker": _kills_its_worker})}
+    # its grading; in the sandbox a cell cannot even reach its worker to kill it.
+    from grader.platform.sandbox import mechanism
+    survive = {"kernel-dies": _kernel_dies, **({"kills-worker": _kills_its_worker} if mechanism()[0] else {})}
+    bad = {"hangs": _hangs, **({} if mechanism()[0] else {"kills-worker": _kills_its_worker})}
     for student, edit in {**bad, **survive}.items():
         _hand_in(course, student, edit)
     gpus = ["--gpus", "7,3,5"]

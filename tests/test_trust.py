@@ -179,31 +179,9 @@ def test_a_library_importing_c_library_calls_is_refused():
 
 def test_the_sandbox_says_what_it_uses():
     text = isolation.sandbox_description()
-    assert "bubblewrap" in text and "resource limits" in text and "pipe" in text
-    tool, why = sandbox.bubblewrap()
-    assert (tool is None) == ("bubblewrap:" not in why)
-
-
-def _bubblewrap_or_skip() -> str:
-    """bubblewrap, or skip with why; in CI (which installs it) a missing sandbox fails."""
-    tool, why = sandbox.bubblewrap()
-    if tool is None:
-        if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-            pytest.fail(why)
-        pytest.skip(why)
-    return tool
-
-
-def test_bubblewrap_keeps_writes_inside_the_private_folder(tmp_path):
-    tool = _bubblewrap_or_skip()
-    inside, cache = tmp_path / "inside", tmp_path / "cache"
-    inside.mkdir(), cache.mkdir()
-    outside = REPO / "sandbox-write-probe"
-    code = f"open({str(inside / 'ok')!r}, 'w').write('x'); open({str(outside)!r}, 'w').write('x')"
-    p = subprocess.run([tool, *sandbox.bwrap_args([str(inside), str(cache)], str(inside)), sys.executable, "-c", code],
-                       capture_output=True, text=True, timeout=60)
-    assert (inside / "ok").exists()
-    assert p.returncode != 0 and not outside.exists() and "Read-only file system" in p.stderr
+    assert "resource limits" in text and "pipe" in text and "seccomp" in text
+    tool, why = sandbox.mechanism()
+    assert (tool is None) == why.startswith("no sandbox")
 
 
 def test_a_grading_process_limits_its_resources():
@@ -213,52 +191,6 @@ def test_a_grading_process_limits_its_resources():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     cpu, nofile, address_space, missing = p.stdout.split(maxsplit=3)
     assert int(cpu) == 101 and int(nofile) <= 1024 and int(address_space) <= 32 << 30 and missing.strip() == "[]"
-
-
-def test_the_autograde_kernel_cannot_read_the_answers_or_write_outside_its_folder(tmp_path):
-    """nbgrader's kernel at autograde time (grader.course.nbgrader_ext.SandboxedKernelManager)."""
-    pytest.importorskip("nbgrader")
-    import asyncio
-
-    from traitlets.config import Config
-
-    from grader.course.nbgrader_ext import SandboxedKernelManager
-    _bubblewrap_or_skip()
-    course = tmp_path / "course"
-    own = course / "autograded" / "alice" / "A"
-    other = course / "autograded" / "bob" / "A"
-    for d in (own, other, course / "source" / "A"):
-        d.mkdir(parents=True)
-    (other / "bob.ipynb").write_text("{}")
-    (course / "gradebook.db").write_text("grades")
-    c = Config()
-    c.CourseDirectory.root = str(course)
-    probe = ("import os\n"
-             "def attempt(f):\n    try:\n        return f()\n    except OSError as e:\n        return e.strerror\n"
-             f"print(sorted(os.listdir({str(REPO / 'solutions')!r})), os.listdir({str(other.parent.parent)!r}), "
-             f"os.listdir({str(course / 'source')!r}), attempt(lambda: open({str(course / 'gradebook.db')!r}).read()))\n"
-             "open('mine.txt', 'w').write('ok')\n"
-             f"print(attempt(lambda: open({str(course / 'planted.txt')!r}, 'w')))\n")
-
-    async def run() -> str:
-        km = SandboxedKernelManager(kernel_name="python3", config=c)
-        await km.start_kernel(cwd=str(own))
-        kc = km.client()
-        kc.start_channels()
-        out = []
-        try:
-            await kc.wait_for_ready(timeout=120)
-            await kc.execute_interactive(probe, timeout=60, output_hook=lambda m: out.append(
-                m["content"].get("text") or m["content"].get("evalue") or ""))
-        finally:
-            kc.stop_channels()
-            await km.shutdown_kernel(now=True)
-        return "".join(out)
-
-    out = asyncio.run(run())
-    assert out.splitlines() == ["[] ['alice'] [] Permission denied", "Read-only file system"], out
-    assert (own / "mine.txt").read_text() == "ok" and not (course / "planted.txt").exists()
-    assert (REPO / "solutions" / "naive.cu").exists()
 
 
 def test_the_verdict_on_correctness_is_computed_from_outputs_in_the_parent():

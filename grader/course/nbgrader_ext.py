@@ -43,7 +43,7 @@ from nbgrader.preprocessors import ClearSolutions, Execute, NbGraderPreprocessor
 from traitlets import Unicode
 
 from grader.course import gradebook
-from grader.course.regrade import parse_test, regrade_at
+from grader.course.regrade import parse_test, regrade_at, tried_in_text
 from grader.course.static_values import code_cells
 from grader.platform import sandbox, settings
 
@@ -282,7 +282,7 @@ class GradeFromSource(NbGraderPreprocessor):
                                                    execution_count=cell.get("execution_count"))]
             scores[meta["grade_id"]] = float(score)
             tried += [f"{meta['grade_id']}: {a}" for a in r.attempts]
-        return scores, tried
+        return scores, tried + tried_in_text(cells)
 
     def _write_record(self, notebook: str, scores: dict, tried: list) -> None:
         path = Path(self.record)

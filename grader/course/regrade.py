@@ -255,7 +255,7 @@ def regrade_at(cells: list, index: int, test_source: str) -> tuple[Regraded, Not
     return regrade_cell(test_source, before, values), values
 
 
-def _tried_in_text(cells: list) -> list[str]:
+def tried_in_text(cells: list) -> list[str]:
     """The words of TRIED in a notebook's code cells (a lab needs none of them)."""
     found = []
     for i, cell in enumerate(cells):
@@ -281,7 +281,7 @@ def regrade_notebook(sub: gradebook.SubmittedNotebook, graded: list[gradebook.Gr
         if values.suspicious:
             note += " | suspicious: " + "; ".join(values.suspicious[:3])
         rows.append(Row(sub.student, sub.name, gc.name, gc.score, r.score, gc.max_score, note, r.attempts))
-    words = _tried_in_text(cells)
+    words = tried_in_text(cells)
     if words:
         rows.append(Row(sub.student, sub.name, "(notebook)", None, None, 0, "its code: " + "; ".join(words[:5]),
                         words))

@@ -137,7 +137,7 @@ def plan(writable, chdir: str, hidden=(), gpu: bool = False, network: bool = Fal
             if not _under(blocking, masks):
                 masks = [m for m in masks if not _under(m, [blocking])] + [blocking]
     bound = _outermost(bound)
-    return {"writable": writable, "readable": bound, "hidden": _resolved(hidden), "private": temps,
+    return {"writable": writable, "readable": bound, "hidden": _outermost(_resolved(hidden)), "private": temps,
             "masks": masks, "devices": sorted(glob.glob("/dev/nvidia*")) if gpu else [], "network": network,
             "chdir": os.path.realpath(chdir), "uid": uid, "gid": uid}
 

@@ -32,7 +32,6 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import traceback
@@ -55,7 +54,7 @@ from grader.grading.checks.common import (
 from grader.grading.protocol import Context
 from grader.grading.report import FAILED, CheckResult
 from grader.kernels import timing
-from grader.platform import COURSE_ROOT, backend, sandbox, settings
+from grader.platform import COURSE_ROOT, backend, interpreter, sandbox, settings
 from grader.platform.settings import Settings
 
 ROOT = COURSE_ROOT           # the folder holding the grader package
@@ -113,18 +112,6 @@ def trusted_runtime() -> tuple[str, str]:
     return _runtime
 
 
-def import_path() -> list[str]:
-    """Where this process imports from, as a grading process should: the grader's own folder first,
-    then every absolute folder of sys.path (site-packages, a venv, --user, PYTHONPATH installs), not the
-    working folder."""
-    cwd = os.getcwd()
-    found = [str(ROOT)]
-    for p in sys.path:
-        if p and os.path.isabs(p) and os.path.isdir(p) and p != cwd and p not in found:
-            found.append(p)
-    return found
-
-
 # ---- the parent's side ----------------------------------------------------------------------
 def run_check(exercise: str, check: str, submission: str, seed: int | None = None, timeout: float | None = None,
               backend_name: str | None = None) -> CheckResult:
@@ -179,7 +166,7 @@ def _collect(exercise: str, spec, submission: str, seed: int, job_settings: Sett
                    CUPY_CACHE_DIR=os.path.join(job_settings.emulator_cache, "cupy"))   # writable in the sandbox
         read_fd, write_fd = os.pipe()
         job = {"exercise": exercise, "check": None if spec is None else spec.name, "submission": submission, "seed": seed,
-               "settings": job_settings.to_dict(), "budgets": budgets, "measure": measure, "path": import_path(),
+               "settings": job_settings.to_dict(), "budgets": budgets, "measure": measure, "path": interpreter.import_path(),
                "runtime": trusted_runtime(), "result_fd": write_fd, "launch_timeout": max(5.0, timeout * 0.8),
                "cpu_seconds": timeout + 60}
         writable = [tmp, job_settings.emulator_cache]
@@ -260,19 +247,8 @@ def _read_all(fd: int, chunks: list) -> None:
 
 
 # ---- the grading process's side -----------------------------------------------------------------
-_BOOT = ("import json, site, sys\n"
-         "job = json.loads(sys.stdin.readline())\n"
-         "for p in reversed(job['path']):\n"
-         "    site.addsitedir(p) if p.endswith(('site-packages', 'dist-packages')) else None\n"
-         "    sys.path.insert(0, p) if p not in sys.path else None\n"
-         "from grader.grading.isolation import child\n"
-         "sys.exit(child(job))\n")
-
-
 def child_command() -> list[str]:
-    """`python -I`: no PYTHON* variables, no user site-packages, not the working folder; the import
-    path comes with the job."""
-    return [sys.executable, "-I", "-c", _BOOT]
+    return interpreter.command("grader.grading.isolation", "child")
 
 
 def _apply_limits(cpu_seconds: float, gpu: bool = False) -> list[str]:

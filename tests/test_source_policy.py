@@ -52,8 +52,9 @@ REFUSED = [
      ["`__asm`", "spelled through a macro"]),
     ("asm across a line splice", "__global__ void k() { as\\\nm(\"nop\"); }\n", "asm", 1, ["line splice"]),
     ("asm behind a raw string holding a line marker",
-     '__device__ const char* s = R"x(\n# 1 "/usr/include/c++/12/cmath" 1 3\n)x"; __global__ void k() { asm("nop"); }\n',
-     "asm", 3, ["inline assembly"]),
+     '__device__ const char* s = R"x(\n# 1 "/usr/include/c++/12/cmath" 1 3\n)x";\n'
+     '__global__ void k() { asm("nop"); }\n',
+     "asm", 4, ["inline assembly"]),
     ("padding under __SANITIZE_ADDRESS__",
      "#ifdef __SANITIZE_ADDRESS__\n#define PAD 1\n#else\n#define PAD 0\n#endif\n"
      "__global__ void k(float* p)\n{\n    __shared__ float t[32][32 + PAD];\n"
@@ -66,18 +67,21 @@ REFUSED = [
      None, ["compiles for running but not under the grader's analysis"]),
     ("no_sanitize_address", "__device__ __attribute__((no_sanitize_address)) float get(const float* t, int i)\n"
      "{ return t[i]; }\n" + KERNEL, "sanitizer-attribute", 1, ["`no_sanitize_address` attribute", "analysis"]),
-    ("__no_sanitize_address__", "__device__ __attribute__((__no_sanitize_address__)) float f(float* t) { return *t; }\n"
-     + KERNEL, "sanitizer-attribute", 1, ["`no_sanitize_address` attribute"]),
+    ("__no_sanitize_address__", "__device__ __attribute__((__no_sanitize_address__))\n"
+     "float f(float* t) { return *t; }\n" + KERNEL, "sanitizer-attribute", 1, ["`no_sanitize_address` attribute"]),
     ("[[gnu::no_sanitize]]", "\n[[gnu::no_sanitize(\"address\")]] __device__ float f(float* t) { return *t; }\n"
      + KERNEL, "sanitizer-attribute", 2, ["`no_sanitize` attribute"]),
     ("no_address_safety_analysis", "__device__ __attribute__((no_address_safety_analysis)) float f(float* t) "
      "{ return *t; }\n" + KERNEL, "sanitizer-attribute", 1, ["`no_address_safety_analysis` attribute"]),
-    ("no_sanitize pasted", "#define NS(x) __attribute__((no_ ## x))\n__device__ NS(sanitize_address) float f(float* t)"
-     " { return *t; }\n" + KERNEL, "sanitizer-attribute", 2, ["`no_sanitize_address` attribute, built by token pasting"]),
-    ("EMU_SCAN tested", "#ifdef EMU_SCAN\n__global__ void k() {}\n#else\nint host() { return 1; }\n#endif\n",
-     "detects-grader", 4, ["code that detects how the grader compiles it"]),
-    ("__global__ stringified", "#define S(x) #x\n#define X(x) S(x)\n__device__ const char* s = X(__global__);\n" + KERNEL,
-     "detects-grader", 3, ["`\"__EMU_GLOBAL__\"", "`\"\"", "detects how the grader compiles it"]),
+    ("no_sanitize pasted", "#define NS(x) __attribute__((no_ ## x))\n"
+     "__device__ NS(sanitize_address) float f(float* t) { return *t; }\n" + KERNEL,
+     "sanitizer-attribute", 2, ["`no_sanitize_address` attribute, built by token pasting"]),
+    ("EMU_SCAN tested",
+     "#ifdef EMU_SCAN\n__global__ void k() {}\n#else\nint host() { return 1; }\n#endif\n", "detects-grader", 4,
+     ["code that detects how the grader compiles it"]),
+    ("__global__ stringified",
+     "#define S(x) #x\n#define X(x) S(x)\n__device__ const char* s = X(__global__);\n" + KERNEL, "detects-grader", 3,
+     ["`\"__EMU_GLOBAL__\"", "`\"\"", "detects how the grader compiles it"]),
     ("__constructor__", "__attribute__((__constructor__)) static __device__ void init() {}\n" + KERNEL,
      "load-time-code", 1, ["`constructor` attribute"]),
     ("[[gnu::destructor]]", "[[gnu::destructor]] __device__ void fini() {}\n" + KERNEL, "load-time-code", 1,

@@ -62,7 +62,7 @@ def _weight(value) -> int:
             if total > MAX_STRING:
                 break
         return total
-    return 330                  # a float: 'f' formatting of 1e308
+    return 24                   # a float
 
 
 def _bounded(value):
@@ -78,11 +78,12 @@ def _fits(size: int) -> None:
         raise TooLarge(f"more than {MAX_STRING} characters")
 
 
-def _spec_size(spec: str) -> int:
-    """What a format spec adds to a value: its width and precision."""
+def _field_size(spec: str) -> int:
+    """The most a format field with this spec adds to its value's text: its width and precision,
+    and the digits of a float written without an exponent ('f' of 1e308)."""
     if "{" in spec or "*" in spec:
         raise NotStatic("a width or precision that is not a literal")
-    return sum(int(n) for n in re.findall(r"\d+", spec))
+    return 320 + sum(int(n) for n in re.findall(r"\d+", spec))
 
 
 def _percent(fmt: str, args):
@@ -90,7 +91,7 @@ def _percent(fmt: str, args):
     values = args if isinstance(args, tuple) else (args,)
     size = len(fmt) + sum(_weight(v) for v in values)
     for m in _PERCENT.finditer(fmt):
-        size += _spec_size((m.group(1) or "") + "." + (m.group(2) or ""))
+        size += _field_size((m.group(1) or "") + "." + (m.group(2) or ""))
     _fits(size)
     return fmt % args
 
@@ -105,7 +106,7 @@ def _format(fmt: str, args: list):
             name, auto = str(auto), auto + 1
         if not name.isdigit():
             raise NotStatic("a format field other than {} or {N}")
-        size += _spec_size(spec or "") + _weight(args[int(name)])
+        size += _field_size(spec or "") + _weight(args[int(name)])
     _fits(size)
     return fmt.format(*args)
 
@@ -142,7 +143,7 @@ def _value(node: ast.AST, env: dict):
             if isinstance(v, ast.FormattedValue):
                 spec = _str(_value(v.format_spec, env)) if v.format_spec else ""
                 inner = _value(v.value, env)
-                _fits(size + _spec_size(spec) + _weight(inner))
+                _fits(size + _field_size(spec) + _weight(inner))
                 inner = {115: str, 114: repr, 97: ascii}.get(v.conversion, lambda x: x)(inner)
                 parts.append(format(inner, spec))
             else:

@@ -51,7 +51,7 @@ class BuildError(Exception):
     """The kernel source does not compile; `log` holds the compiler's message."""
 
     def __init__(self, message: str, log: str, command: list[str] | None = None, emulator_only: bool = False,
-                 refusals: list | None = None):
+                 refusals: list[policy.Finding] | None = None):
         super().__init__(message)
         self.log = log
         self.command = command
@@ -252,11 +252,9 @@ def _rewrite_shared(source: str) -> str:
     return _SHARED_DECL.sub(repl, source)
 
 
-def _user_unit(source: str, no_extern_c: bool, scan: bool) -> str:
+def _user_unit(source: str, no_extern_c: bool) -> str:
     body = _rewrite_shared(_rewrite_dynamic_shared(source))
     head = '#include "cuda_emu.h"\n'
-    if scan:
-        head += "__EMU_USER_BEGIN__\n"
     if not no_extern_c:
         head += 'extern "C" {\n'
     tail = "\n}\n" if not no_extern_c else "\n"
@@ -289,9 +287,15 @@ def _statement_start(text: str, pos: int) -> int:
     return max(text.rfind(";", 0, pos), text.rfind("}", 0, pos), text.rfind("{", 0, pos)) + 1
 
 
+def _user_part(preprocessed: str) -> str:
+    """The preprocessed unit from `#line 1 "kernel.cu"` on."""
+    start = preprocessed.find(f'\n# 1 "{SOURCE_NAME}"\n')
+    return preprocessed[start:] if start >= 0 else preprocessed
+
+
 def scan_declarations(preprocessed: str) -> Declarations:
     """Find kernels and device variables in the preprocessed user code."""
-    text = preprocessed.split("__EMU_USER_BEGIN__", 1)[-1]
+    text = _user_part(preprocessed)
     text = re.sub(r'"(\\.|[^"\\])*"', '""', text)
     text = re.sub(r"^#.*$", "", text, flags=re.M)
     kernels: list[str] = []
@@ -371,7 +375,7 @@ def parse_ptxas(log: str) -> dict[str, KernelResources]:
 
 
 def _nvcc_command(tool: str, options: list[str], include_dirs: list[str]) -> list[str]:
-    passthrough = [o for o in options if not re.match(r"^(-arch|--gpu-architecture|-code|--cubin|-o$|-M)", o)]
+    passthrough = [o for o in options if not re.match(r"^(-arch|--gpu-architecture|-code|--cubin|-o$)", o)]
     return [tool, "--cubin", f"-arch={NVCC_ARCH}", "-Xptxas", "-v", *passthrough,
             *[f"-I{d}" for d in include_dirs], f"-I{PYCUDA_INCLUDE_DIR}", "-MD", "-MF", NVCC_DEPENDENCIES,
             "-o", "kernel.cubin", SOURCE_NAME]
@@ -398,13 +402,13 @@ def _flags(extra_flags, options: list[str], include_dirs: list[str]) -> list[str
 
 def _write_sources(tmp: str, source: str, no_extern_c: bool) -> None:
     """The files of a build folder before anything is compiled: the student's source as written (for the
-    compilers' excerpts), the declaration scan's unit and the module's."""
+    compilers' excerpts) and the module's unit (the user code, before the registration is added)."""
     Path(tmp, SOURCE_NAME).write_text(source)
-    Path(tmp, "scan.cpp").write_text(_user_unit(source, no_extern_c, scan=True))
-    Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c, scan=False))
+    Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c))
 
 
-_verdicts: dict[str, list] = {}
+_verdicts: dict[str, list[policy.Finding]] = {}   # the policy's verdicts on this process's sources
+_scans: dict[str, str] = {}      # the policy's marked view of a source it accepted: the builds' declaration scan
 
 
 def refusals(source: str, options: list[str] | None = None, no_extern_c: bool = False) -> list[policy.Finding]:
@@ -413,17 +417,23 @@ def refusals(source: str, options: list[str] | None = None, no_extern_c: bool = 
     as the grader reads it (EMU_SCAN), as the build that runs compiles it and as
     the analysis build does. Remembered for the process's later builds."""
     options = [str(o) for o in (options or [])]
-    key = _digest(source, options, no_extern_c, _compiler_id(cxx()))
+    key = _source_key(source, options, no_extern_c)
     if key not in _verdicts:
         views = {"marked": ("-O2", "-DEMU_SCAN"), "runs": ("-O2",), "analysed": ANALYSIS_FLAGS}
         with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp:
             _write_sources(tmp, source, no_extern_c)
             jobs = {name: _Started([cxx(), "-E", "-H", *_flags(extra, options, []), "unit.cpp"], tmp)
                     for name, extra in views.items()}
-            read = {name: policy.read_view(p.stdout, p.stderr, p.returncode == 0, tmp)
-                    for name, p in ((name, job.result()) for name, job in jobs.items())}
+            runs = {name: job.result() for name, job in jobs.items()}
+            read = {name: policy.read_view(p.stdout, p.stderr, p.returncode == 0, tmp) for name, p in runs.items()}
         _verdicts[key] = policy.refusals(source, own_headers=STUB_INCLUDE_DIR, **read)
+        if not _verdicts[key]:
+            _scans[key] = _user_part(runs["marked"].stdout)
     return _verdicts[key]
+
+
+def _source_key(source: str, options: list[str], no_extern_c: bool) -> str:
+    return _digest(source, options, no_extern_c, _compiler_id(cxx()))
 
 
 # ---- the build ---------------------------------------------------------------
@@ -491,11 +501,12 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
             Path(nvcc_dir, SOURCE_NAME).write_text(
                 source if no_extern_c else f'extern "C" {{\n#line 1 "{SOURCE_NAME}"\n{source}\n}}\n')
             nvcc_job = _Started(_nvcc_command(tool, options, include_dirs), nvcc_dir)
-        scan = _run([cxx(), "-E", "-DEMU_SCAN", *flags, "scan.cpp"], tmp)
+        scanned = None if include_dirs else _scans.get(_source_key(source, options, no_extern_c))
+        scan = None if scanned else _run([cxx(), "-E", "-DEMU_SCAN", *flags, "unit.cpp"], tmp)
         host = None
-        if scan.returncode == 0:
-            decl = scan_declarations(scan.stdout)
-            Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c, scan=False) +
+        if scanned or scan.returncode == 0:
+            decl = scan_declarations(scanned or scan.stdout)
+            Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c) +
                                              registration_code(decl) +
                                              _key_definition(key, "__emu_build_key"))
             cmd = [cxx(), "-shared", *flags, *MODULE_LINK_FLAGS, "unit.cpp", "-o", "kernel.so"]

@@ -219,8 +219,9 @@ def refusals(source: str, marked: View, runs: View, analysed: View, own_headers:
     for t in tokens:
         if t.text in _ASM and t.line not in seen:
             seen.add(t.line)
-            found.append(Finding("asm", t.line, f"inline assembly (`{t.text}`{_spelling(lines, t.line, t.text, source)}) "
-                                 "is not accepted: it can make system calls, and a kernel needs none"))
+            spelled = _spelling(lines, t.line, t.text, source)
+            found.append(Finding("asm", t.line, f"inline assembly (`{t.text}`{spelled}) is not accepted: it can "
+                                 "make system calls, and a kernel needs none"))
     found += _attributes(tokens, lines, source)
     found += _host_functions(tokens)
     return sorted(found, key=lambda f: f.line or 0)
@@ -399,12 +400,11 @@ def _scope(head: list[Token]) -> str:
 def _function_name(head: list[Token]) -> str:
     texts = [h.text for h in _without_attributes(head)]
     for i, t in enumerate(texts[:-1]):
-        if texts[i + 1] == "(" and re.match(r"[\w$~]", t) and t not in _NOT_NAMES and t not in MARKS:
-            name = t
-            while i >= 2 and texts[i - 1] in ("::", "~"):
-                name = texts[i - 1] + name if texts[i - 1] == "~" else texts[i - 2] + "::" + name
-                i -= 1 if texts[i - 1] == "~" else 2
-            return name
+        if texts[i + 1] == "(" and re.match(r"[\w$]", t) and t not in _NOT_NAMES and t not in MARKS:
+            j = i - 1 if i and texts[i - 1] == "~" else i
+            while j >= 2 and texts[j - 1] == "::":
+                j -= 2
+            return "".join(texts[j:i + 1])
     return " ".join(texts)[:40]
 
 

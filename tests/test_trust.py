@@ -122,33 +122,30 @@ __global__ void sgemm_naive(int M, int N, int K, const float* A, const float* B,
 
 
 def test_every_reference_and_lab_kernel_is_accepted():
-    from grader.emulator import policy
     for f in sorted((REPO / "solutions").glob("*.cu")):
-        assert policy.source_refusals(f.read_text()) == [], f.name
+        assert build.refusals(f.read_text()) == [], f.name
 
 
 @pytest.mark.parametrize("source, refused", [
-    ("asm volatile(\"syscall\");\n__global__ void k() {}", "inline assembly"),
+    ("__global__ void k() { asm volatile(\"syscall\"); }", "inline assembly"),
     ("__global__ void k() {}\nint host_helper(int x) { return x; }", "`host_helper` is a host function"),
     ("__attribute__((constructor)) static void init() {}", "`constructor` attribute"),
-    ("#include <unistd.h>\n__global__ void k() {}", "#include <unistd.h>"),
-    ("#define S(a, b) a##b\n__global__ void k() {}", "token pasting"),
+    ("#include <unistd.h>\n__global__ void k() {}", "#include opens unistd.h"),
     ("struct T { int host() { return 1; } };", "`host` is a host function"),
 ])
 def test_host_only_constructs_are_refused(source, refused):
-    from grader.emulator import policy
-    assert any(refused in p for p in policy.source_refusals(source)), policy.source_refusals(source)
+    found = [str(f) for f in build.refusals(source)]
+    assert any(refused in f for f in found), found
 
 
 def test_device_code_is_accepted():
-    from grader.emulator import policy
     ok = """#include <cuda_pipeline.h>
 template <int B> __device__ __forceinline__ float twice(float x) { return 2 * x; }
 struct Frag { float v[4]; __device__ float sum() const { return v[0] + v[1]; } };
 __host__ __device__ inline int cdiv(int a, int b) { return (a + b - 1) / b; }
 extern "C" { __global__ void k(float* p) { auto f = [](float x) { return x; }; p[0] = f(twice<1>(1.0f)); } }
 """
-    assert policy.source_refusals(ok) == []
+    assert build.refusals(ok) == []
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
@@ -164,8 +161,7 @@ def test_the_forging_source_is_refused_and_fails(tmp_path):
     forge.write_text(FORGE)
     p = _cli("check", str(forge), "--exercise", "naive")
     assert p.returncode == 1, p.stdout + p.stderr
-    for named in ("refuses this source", "`destructor` attribute", "`forge` is a host function",
-                  "#include <stdio.h>"):
+    for named in ("refuses this source", "`destructor` attribute", "`forge` is a host function"):
         assert named in p.stdout, (named, p.stdout)
     assert "[PASS] correctness" not in p.stdout
 

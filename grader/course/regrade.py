@@ -35,6 +35,7 @@ from grader.course.static_values import (
     grade_id,
     parse,
     read_values,
+    readable,
     static_value,
 )
 from grader.grading import frontend, registry
@@ -203,7 +204,7 @@ def regrade_at(cells: list, index: int, test_source: str) -> tuple[Regraded, Not
     was read from them."""
     before = [c.source for c in cells[:index]]
     values = read_values(before)
-    return regrade_cell(test_source, before, values), values
+    return regrade_cell(test_source, readable(before), values), values
 
 
 def regrade_notebook(sub: gradebook.SubmittedNotebook, graded: list[gradebook.GradedCell]) -> list[Row]:

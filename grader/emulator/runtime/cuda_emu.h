@@ -57,14 +57,20 @@ static const int warpSize = 32;
 
 #define __EMU_DYNAMIC_SHARED(type, name) type* const name = reinterpret_cast<type*>(__emu_dynamic_shared)
 
-// Analysis builds declare each __shared__ variable as a reference to its
-// storage through a pointer the compiler cannot see through: the sanitizer
-// instrumentation skips constant-index accesses to a static array it can
-// prove in bounds, and every shared access must reach the analysis.
-template <class T> static inline T* __emu_opaque(T* p) { __asm__("" : "+r"(p)); return p; }
+// Each __shared__ variable (build.py rewrites its declaration) is a reference
+// to its storage. Analysis builds (-fsanitize=kernel-address) reach it through
+// a pointer the compiler cannot see through: the sanitizer instrumentation
+// skips constant-index accesses to a static array it can prove in bounds, and
+// every shared access must reach the analysis. The difference lives here, not
+// in the expansion, so that the student's tokens are the same in both builds.
+#ifdef __SANITIZE_ADDRESS__
+template <class T> static inline T& __emu_shared_ref(T& storage) { T* p = &storage; __asm__("" : "+r"(p)); return *p; }
+#else
+template <class T> static inline T& __emu_shared_ref(T& storage) { return storage; }
+#endif
 #define __EMU_SHARED_VAR(type, plain_type, name, dims) \
     __attribute__((section("emu_shared"))) static type name##__emu_storage dims; \
-    plain_type (&name) dims = *__emu_opaque(&name##__emu_storage)
+    plain_type (&name) dims = __emu_shared_ref(name##__emu_storage)
 
 // ---- vector types -----------------------------------------------------------
 #define EMU_VEC2(T, N, A) struct __attribute__((aligned(A))) N##2 { T x, y; }; \

@@ -1,20 +1,19 @@
 """Lab 7 checks: the top-2 reduction (solutions/top2.cu), the fused SGEMM +
 top-2 (solutions/sgemm-top2.cu) and a host function minimums(A, B).
 
-    run_top2(source, seed)        exact against numpy on adversarial arrays (ties, both minimums in one
+    top2-exact                    exact against numpy on adversarial arrays (ties, both minimums in one
                                   thread / warp / block, in the scalar tail, at index 0 and the last index,
                                   1 x 2, 1 x N, M x 1, non-multiples) and after a GPU SGEMM
-    run_top2_races(source, seed)  emulator analysis (races, out-of-bounds) and permuted thread orders
-    run_fused(source, seed)       the fused kernel: C correct and its two minimums exact
-    run_fused_races(source, seed) as run_top2_races for the fused kernel
-    run_host(function, seed)      the two minimums right, at most HOST_BYTES bytes device -> host
-    run_host_source(source, seed) run_host on the function `minimums` that a submission's text
-                                  defines, called in a process of its own (grader.grading.student_process)
+    top2-races                    emulator analysis (races, out-of-bounds) and permuted thread orders
+    sgemm-top2-exact              the fused kernel: C correct and its two minimums exact
+    sgemm-top2-races              as top2-races for the fused kernel
+    host-transfers                minimums(A, B), called in a process of its own: the two minimums right,
+                                  at most HOST_BYTES bytes copied device -> host (the copies recorded by
+                                  the grading process, which does the function's device calls)
 
-Each kernel check X is collect_X(source, seed), what the kernel did (run in
-the sandboxed grading process), and judge_X(meta, arrays, gpu), the verdict
-(computed in the process that started it, from those outputs and the seed);
-run_X is both in one process, for tests and tools.
+Each is a Check (grader.grading.protocol): collect_X runs in the sandboxed grading
+process and returns what the kernel did; judge_X gives the verdict from those
+outputs and the seed, in the grader's own process.
 """
 from __future__ import annotations
 

@@ -209,7 +209,8 @@ def refusals(source: str, marked: View, runs: View, analysed: View, own_headers:
     device functions marked), `runs` as the build that runs compiles it, `analysed` as the
     analysis build does. `own_headers`: the emulator's CUDA headers."""
     lines = source.splitlines()
-    found = device_launches(source) + _opened(lines, (runs, analysed, marked), Path(own_headers))
+    found = device_launches(source) + emulator_names(source) + _opened(lines, (runs, analysed, marked),
+                                                                        Path(own_headers))
     if not runs.ok:
         return found                         # it does not compile: the compiler says why
     found += _differences(runs, analysed, marked)
@@ -231,6 +232,15 @@ def refusals(source: str, marked: View, runs: View, analysed: View, own_headers:
 
 
 _COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def emulator_names(source: str) -> list[Finding]:
+    """Names of the emulator's own headers in the source (a test of whether it is being emulated, which would
+    let the build that is analysed differ from the one a GPU runs)."""
+    text = _COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), source)
+    return [Finding("detects-grader", text.count("\n", 0, m.start()) + 1, f"`{m.group(0)}` is a name of the "
+                    "grader's emulator: code that tests for it is not accepted (the analysis must see the code a GPU "
+                    "runs)") for m in re.finditer(r"\b(?:__EMU|EMU_|__emu_|emu_)\w*", text)]
 
 
 def device_launches(source: str) -> list[Finding]:

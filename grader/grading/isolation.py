@@ -40,8 +40,9 @@ import warnings
 import numpy as np
 
 from grader import emulator
-from grader.emulator import build
+from grader.emulator import build, policy
 from grader.grading import registry
+from grader.grading.checks import host_calls
 from grader.grading.checks.common import (
     DID_NOT_FINISH,
     HANG_FACTOR,
@@ -129,12 +130,21 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
         return outcome
     meta, arrays, output = outcome
     result = spec.judge((meta, arrays), seed, ctx)
+    attempts = attempted(result.message)
+    if attempts:
+        result.details["refused"] = attempts         # listed for the instructor by autograde and regrade
     if meta.get("_stopped"):
         result.details["did_not_finish"] = True
     result.details.setdefault("backend", chosen)
     if output:
         result.output = ((result.output + "\n" + output).strip() if result.output else output)[-OUTPUT_KEPT:]
     return result
+
+
+def attempted(message: str) -> list[str]:
+    """What a result says the submission tried and was refused for (the source policy's kinds, an import
+    of the grader's answers): [] for an honest submission."""
+    return sorted(set(policy.refusal_kinds(message) + (["reaches-answers"] if host_calls.REACHES in message else [])))
 
 
 _budgets: dict[tuple, dict] = {}

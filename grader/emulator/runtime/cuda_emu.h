@@ -40,8 +40,13 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
 #define __grid_constant__
+// What nvcc defines in a device pass for sm_90, so that a source cannot tell the emulator from nvcc.
 #define __CUDACC__ 1
 #define __CUDA_ARCH__ 900
+#define __NVCC__ 1
+#define __CUDACC_VER_MAJOR__ 13
+#define __CUDACC_VER_MINOR__ 0
+#define __CUDACC_VER_BUILD__ 88
 #define CUDART_INF_F HUGE_VALF
 #define CUDART_NAN_F __builtin_nanf("")
 

@@ -26,7 +26,7 @@ NOT_WRITTEN = "your function is not written yet (it raises NotImplementedError: 
 # What a student's function must not import: the grader's answers and its grading code (hidden from the
 # student's process anyway; refusing the source names the attempt).
 FORBIDDEN = ("grader.references", "grader.grading", "grader.course", "grader.programs")
-REFUSED = "refused: "
+REACHES = "your code reaches into the grader itself"
 
 
 def reaching(source: str) -> str | None:
@@ -53,8 +53,7 @@ def load(source: str, name: str):
     """The student's function (in its own process), or what went wrong loading it (a str)."""
     reached = reaching(source)
     if reached:
-        return (f"{REFUSED}your code reaches into the grader itself ({reached}), where its answers are: write "
-                f"{name}() yourself")
+        return f"refused: {REACHES} ({reached}), where its answers are: write {name}() yourself"
     try:
         return student_process.load(source, name)
     except Exception as e:              # the student's Python, run as a module: anything it raises is theirs

@@ -77,8 +77,11 @@ REFUSED = [
      "__device__ NS(sanitize_address) float f(float* t) { return *t; }\n" + KERNEL,
      "sanitizer-attribute", 2, ["`no_sanitize_address` attribute, built by token pasting"]),
     ("EMU_SCAN tested",
-     "#ifdef EMU_SCAN\n__global__ void k() {}\n#else\nint host() { return 1; }\n#endif\n", "detects-grader", 4,
-     ["code that detects how the grader compiles it"]),
+     "#ifdef EMU_SCAN\n__global__ void k() {}\n#else\nint host() { return 1; }\n#endif\n", "detects-grader", 1,
+     ["`EMU_SCAN` is a name of the grader's emulator"]),
+    ("an emulator macro tested",
+     "#ifdef __EMU_CPU__\n#define PAD 0\n#else\n#define PAD 1\n#endif\n" + KERNEL, "detects-grader", 1,
+     ["`__EMU_CPU__` is a name of the grader's emulator"]),
     ("__global__ stringified",
      "#define S(x) #x\n#define X(x) S(x)\n__device__ const char* s = X(__global__);\n" + KERNEL, "detects-grader", 3,
      ["`\"__EMU_GLOBAL__\"", "`\"\"", "detects how the grader compiles it"]),
@@ -162,10 +165,10 @@ def test_printf_with_cstdio_is_accepted_and_printed(cuda, source_module, capfd, 
 
 
 @emulator_only
-def test_cstdio_does_not_reach_the_c_library(untrusted, monkeypatch):
+def test_cstdio_does_not_reach_the_c_library(untrusted, grader_settings):
     """<cstdio> declares fopen, but the imports of the built module are still checked
     (without nvcc, which would refuse a host function called from a kernel first)."""
-    monkeypatch.setenv("GRADER_EMULATOR_NVCC", "0")
+    grader_settings(emulator_nvcc=False)
     source = "#include <cstdio>\n__global__ void k() { FILE* f = fopen(\"/tmp/x\", \"w\"); if (f) fclose(f); }\n"
     with pytest.raises(build.BuildError) as e:
         build.build_module(source)
@@ -187,11 +190,13 @@ def test_a_trusted_source_is_not_checked():
 
 @emulator_only
 @pytest.mark.skipif(build.nvcc() is None, reason="nvcc is not on PATH")
-def test_what_only_nvcc_opens_is_refused(untrusted):
+def test_what_only_nvcc_would_open_is_refused(untrusted):
+    """The emulator defines what nvcc defines (__NVCC__, ...): a file included only for nvcc is opened, and
+    refused, by the emulator's own preprocessor run too."""
     source = f'#ifdef __NVCC__\n#include "{SOLUTION}"\n#endif\n' + KERNEL
     with pytest.raises(build.BuildError) as e:
         build.build_module(source)
-    assert "nvcc's compile of your source opens blocktile-1d.cu" in e.value.log
+    assert "opens blocktile-1d.cu" in e.value.log
     assert [f.kind for f in e.value.refusals] == ["include"]
 
 

@@ -101,13 +101,15 @@ def encode(value, callbacks: dict | None = None, special=None):
 def decode(data, call_back=None, trusted: bool = False, special=None):
     """The value `data` encodes. A callback becomes a function that calls `call_back(id, args, kwargs)`;
     dataclasses are remade only from `trusted` data (what the grader sent), else they are opaque;
-    `special(tag, item, walk)` decodes the kinds it knows (None: unknown)."""
+    `special(tag, item, walk)` decodes first the kinds it knows (None: not one of them)."""
     def walk(x):
         if isinstance(x, list):
             return [walk(v) for v in x]
         if not isinstance(x, dict):
             return x
         tag = x.get("$t")
+        if special is not None and (found := special(tag, x, walk)) is not None:
+            return found
         if tag == "tuple":
             return tuple(walk(v) for v in x["items"])
         if tag == "dict":
@@ -128,8 +130,6 @@ def decode(data, call_back=None, trusted: bool = False, special=None):
             return getattr(importlib.import_module(module), name)(**{k: walk(v) for k, v in x["fields"].items()})
         if tag == "dataclass":
             return Opaque(f"<{x['class']}>")
-        if special is not None and (found := special(tag, x, walk)) is not None:
-            return found
         return type(str(x.get("type", "object")), (Opaque,), {})(str(x.get("repr", "")))
     return walk(data)
 

@@ -47,6 +47,7 @@
 #define __CUDACC_VER_MAJOR__ 13
 #define __CUDACC_VER_MINOR__ 0
 #define __CUDACC_VER_BUILD__ 88
+#define __EMU_CPU__ 1            // the emulator's own headers tell the CPU build apart by this (sources may not)
 #define CUDART_INF_F HUGE_VALF
 #define CUDART_NAN_F __builtin_nanf("")
 

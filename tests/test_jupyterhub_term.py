@@ -57,7 +57,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbgrader_course import cell_scores, notebook_name, points, source_notebook, submission_score
-from test_browser import CHROMIUM, CHROMIUM_ARGS, EDITOR_TEXT, _answers, _descendants, _filled, _free_port, _stop
+from test_browser import CHROMIUM, CHROMIUM_ARGS, EDITOR_TEXT, _answers, _filled, _free_port, _stop
 from test_browser import _missing as _browser_missing
 
 import grader
@@ -163,6 +163,7 @@ def _accounts(top: Path, names: list[str]):
 
 def _copy(names: list[str], to: Path) -> None:
     to.mkdir()
+    to.chmod(0o755)
     for name in names:
         if (REPO / name).is_dir():
             shutil.copytree(REPO / name, to / name, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
@@ -205,7 +206,8 @@ c.Spawner.environment.update({environment!r})
 
 @contextmanager
 def _hub(top: Path, users: list[str], instructor: str, installed: Path):
-    """JupyterHub on 127.0.0.1 (its URL and a function giving its log's tail); stopped whatever happens."""
+    """JupyterHub on 127.0.0.1, its users' Python finding the course in `installed` (the hub's URL and a
+    function giving its log's tail); stopped whatever happens."""
     state = top / "hub"
     state.mkdir(mode=0o700)
     exchange = top / "exchange"
@@ -216,7 +218,7 @@ def _hub(top: Path, users: list[str], instructor: str, installed: Path):
     override.mkdir()
     shutil.copy(DEPLOY / "nbgrader_config.py", shipped)
     (override / "nbgrader_config.py").write_text(f"c.Exchange.root = {str(exchange)!r}\n")
-    for d in (top, top / "home", top / "etc", shipped, override, installed):
+    for d in (top / "etc", shipped, override):
         d.chmod(0o755)
     port = _free_port()
     config = state / "jupyterhub_config.py"
@@ -252,13 +254,7 @@ def _hub(top: Path, users: list[str], instructor: str, installed: Path):
             time.sleep(0.5)
         yield url, hub_log
     finally:
-        below = _descendants(proc.pid)      # the proxy, the users' servers (their own sessions)
-        _stop(proc)
-        for pid in below:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        _stop(proc)                         # and every process below it: the proxy, the users' servers
         log.close()
 
 
@@ -336,15 +332,16 @@ def _run_setup_cell(page) -> None:
     notebook's kernel connection is up)."""
     cell = page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-CodeCell").first
     prompt = cell.locator(".jp-InputArea-prompt")
-    deadline = time.monotonic() + SPAWN
-    for presses in range(1, 100):
+    deadline, presses = time.monotonic() + SPAWN, 0
+    while not re.fullmatch(r"\[(\d+|\*)\]:", prompt.text_content().strip()):
+        assert time.monotonic() < deadline, f"the setup cell did not run within {SPAWN} s ({presses} tries)"
         cell.locator(".cm-content").click()
         page.keyboard.press("Shift+Enter")
+        presses += 1
         try:
-            _wait_for(lambda: re.fullmatch(r"\[(\d+|\*)\]:", prompt.text_content().strip()), 10, "")
-            break
+            _wait_for(lambda: re.fullmatch(r"\[(\d+|\*)\]:", prompt.text_content().strip()), 10, "a run")
         except AssertionError:
-            assert time.monotonic() < deadline, f"the setup cell did not run within {SPAWN} s ({presses} tries)"
+            pass
     _wait_for(lambda: re.fullmatch(r"\[\d+\]:", prompt.text_content().strip()), SPAWN, "the setup cell ends")
     shown = cell.locator(".jp-OutputArea").inner_text()
     assert re.fullmatch(rf"grader: kernels run on the {grader.BACKEND.name}\b.*", shown.strip()), (
@@ -392,6 +389,11 @@ def _submit(page, home: Path, answers: list[str]) -> None:
     panel.locator("#submitted_assignments_list .list_item", has_text=LAB).first.wait_for(state="visible")
 
 
+def _role(name: str) -> str:
+    """right, broken or prof: a user name without its run's suffix (names of screenshots)."""
+    return name.rsplit("-", 1)[0]
+
+
 def _feedback(page, name: str) -> str:
     """Fetch the feedback in the Assignments tab and open it in JupyterLab; the page's text."""
     panel = _assignments(page)
@@ -402,7 +404,7 @@ def _feedback(page, name: str) -> str:
     body = page.frame_locator(".jp-HTMLViewer:visible iframe").locator("body")
     body.locator("h4", has_text="Score").first.wait_for(state="visible")
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"feedback-{name}.png"))
+    page.screenshot(path=str(SHOTS / f"feedback-{_role(name)}.png"))
     return body.inner_text()
 
 
@@ -414,8 +416,8 @@ def _answers_of(broken: bool) -> list[str]:
         (kernel,) = [i for i, a in enumerate(answers) if "sgemm_naive" in a]
         assert answers[kernel].count(BOUNDS_CHECK) == 1, answers[kernel]
         answers[kernel] = answers[kernel].replace(BOUNDS_CHECK, "    {")
-        (question,) = [i for i, a in enumerate(answers) if re.search(r"^AI_4096 = ", a, re.M)]
-        answers[question] = re.sub(r"^AI_4096 = .*$", WRONG_ANSWER, answers[question], flags=re.M)
+        (question,) = [i for i, a in enumerate(answers) if re.search(r"^AI_4096 = ", a, re.MULTILINE)]
+        answers[question] = re.sub(r"^AI_4096 = .*$", WRONG_ANSWER, answers[question], flags=re.MULTILINE)
     return answers
 
 
@@ -437,16 +439,17 @@ def test_term_through_jupyterhub():
     missing = _missing()
     if missing:
         _absent("the JupyterHub test needs " + ", ".join(missing))
-    from playwright.sync_api import sync_playwright    # optional: present once _missing() says so
+    from playwright.sync_api import sync_playwright  # optional: present once _missing() says so
 
     t0 = time.monotonic()
     suffix = secrets.token_hex(3)
-    right, broken, instructor = f"ana-{suffix}", f"ben-{suffix}", f"prof-{suffix}"
+    right, broken, instructor = f"right-{suffix}", f"broken-{suffix}", f"prof-{suffix}"   # new Unix accounts
     with ExitStack() as stack:
         top = Path(tempfile.mkdtemp(prefix="sgemm-hub-"))
         stack.callback(shutil.rmtree, top, ignore_errors=True)
         (top / "home").mkdir()
-        top.chmod(0o755)
+        for d in (top, top / "home"):
+            d.chmod(0o755)
         homes = stack.enter_context(_accounts(top, [right, broken, instructor]))
         probe = subprocess.run([sys.executable, "-c", "import jupyterhub, nbgrader, jupyterlab"], user=right,
                                cwd=homes[right], capture_output=True, text=True)
@@ -468,7 +471,7 @@ def test_term_through_jupyterhub():
             SHOTS.mkdir(parents=True, exist_ok=True)
             for name, page in pages.items():
                 try:
-                    page.screenshot(path=str(SHOTS / f"failed-{name}.png"))
+                    page.screenshot(path=str(SHOTS / f"failed-{_role(name)}.png"))
                 except Exception as e:          # the browser may be gone: the failure itself matters
                     print(f"no screenshot of {name}'s page: {e}")
             print(f"--- JupyterHub's log ---\n{hub_log()}")

@@ -451,11 +451,15 @@ def test_term_through_jupyterhub():
         for d in (top, top / "home"):
             d.chmod(0o755)
         homes = stack.enter_context(_accounts(top, [right, broken, instructor]))
-        probe = subprocess.run([sys.executable, "-c", "import jupyterhub, nbgrader, jupyterlab"], user=right,
-                               cwd=homes[right], capture_output=True, text=True)
-        if probe.returncode:
+        try:
+            probe = subprocess.run([sys.executable, "-c", "import jupyterhub, nbgrader, jupyterlab"], user=right,
+                                   cwd=homes[right], capture_output=True, text=True)
+            why = probe.stderr.strip()[-300:] if probe.returncode else ""
+        except OSError as e:               # the interpreter itself is out of their reach
+            why = str(e)
+        if why:
             _absent(f"the JupyterHub test needs a Python environment that other users can run ({sys.executable} "
-                    f"as {right}: {probe.stderr.strip()[-300:]})")
+                    f"as {right}: {why})")
         course = _course(homes[instructor], instructor)
         installed = _installed_course(top)
         url, hub_log = stack.enter_context(_hub(top, [right, broken, instructor], instructor, installed))

@@ -1,27 +1,40 @@
 """python -m grader COMMAND ...
 
-  bench    every reference stage through the grader: the stage table, with
-           GFLOPS against cuBLAS on a GPU, correctness only on the emulator
-  check    FILE --exercise ID [--checks a,b] [--seed N] [--json]: grade a .cu file or a
-           notebook's kernel (each check in its own process); exit 1 when a check fails
-  student  LAB [--to DIR] [--force]: a student's copy of a lab (student/LAB/), to
-           open in JupyterLab
-  regrade  COURSE_DIR ASSIGNMENT [--differences] [--student ID]: grade nbgrader
-           submissions again from their cells' text, in clean processes, and list
-           every score that differs from the gradebook; exit 1 when any differs
-  autograde COURSE_DIR ASSIGNMENT [--workers N] [--gpus LIST] [--slurm ...]: nbgrader's
-           autograde of every submission, in parallel (one worker per GPU, or CPU
-           workers, or a Slurm job array), into one gradebook; only what is new or
-           changed; a summary (CSV too); exit 1 when a submission failed
+Students and instructors:
+  check FILE --exercise ID [--checks a,b] [--seed N] [--json]   grade a .cu file or a notebook's kernel
+  student LAB [--to DIR] [--force]                           a student's copy of a lab (student/LAB/)
+  autograde COURSE_DIR ASSIGNMENT [--workers N] [--gpus LIST] [--slurm ...]
+                                                             nbgrader's autograde of a whole class, in parallel
+  regrade COURSE_DIR ASSIGNMENT [--differences] [--student ID]
+                                                             grade again from the cells' text; list what differs
+Maintainers (results/ records what they print):
+  bench            every reference stage through the grader: GFLOPS against cuBLAS on a GPU
+  bench-graphs     labs 7 and 8 (top-2, shortest paths) against their baselines
+  autotune         choose the warptiling kernel's configurations for the GPU at hand
+  autograde-labs   every lab's reference through nbgrader, timed
+  emulator-bench   the emulator's speed against numba's CUDA simulator
+  emulator-validate  the emulator's analysis against Nsight Compute and compute-sanitizer (GPU)
+  emulator-compat  PyCUDA's own tests and examples on the emulator
+
+Each command takes --help. Exit status: 0 when everything passed, 1 when something failed, 2 for a wrong
+command line, 3 when the grader itself failed.
 """
+import importlib
 import sys
 
-from grader.course.class_autograde import main as autograde
-from grader.course.regrade import main as regrade
-from grader.course.student import main as student
-from grader.grading.frontend import use_backend
-from grader.programs.bench import main as bench
-from grader.programs.check import main as check
+COMMANDS = {
+    "check": "grader.programs.check",
+    "student": "grader.course.student",
+    "autograde": "grader.course.class_autograde",
+    "regrade": "grader.course.regrade",
+    "bench": "grader.programs.bench",
+    "bench-graphs": "grader.programs.bench_graphs",
+    "autotune": "grader.programs.autotune",
+    "autograde-labs": "grader.programs.autograde_labs",
+    "emulator-bench": "grader.programs.emulator_bench",
+    "emulator-validate": "grader.programs.emulator_validate",
+    "emulator-compat": "grader.programs.emulator_compat",
+}
 
 
 def main(argv: list[str]) -> int:
@@ -29,20 +42,11 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
-    # Each command's module is imported when it is the one asked for (bench pulls in the timing code).
-    if command == "bench":
-        use_backend()
-        return bench(rest)
-    if command == "check":
-        return check(rest)
-    if command == "student":
-        return student(rest)
-    if command == "regrade":
-        return regrade(rest)
-    if command == "autograde":
-        return autograde(rest)
-    print(f"unknown command '{command}'\n{__doc__}")
-    return 2
+    if command not in COMMANDS:
+        print(f"unknown command '{command}'\n{__doc__}")
+        return 2
+    # Only the command asked for is imported (bench pulls in the timing code, autograde nbgrader).
+    return importlib.import_module(COMMANDS[command]).main(rest)
 
 
 if __name__ == "__main__":

@@ -262,7 +262,7 @@ def test_command_line_analysis(tmp_path):
     script.write_text(
         "import numpy as np, pycuda.autoinit, pycuda.driver as drv\n"
         "from pycuda.compiler import SourceModule\n"
-        "from grader.emulator import validate\n"
+        "from grader.programs import emulator_validate as validate\n"
         "f = SourceModule(validate.BUGS, no_extern_c=True).get_function('racy_reduction')\n"
         "f(drv.In(np.ones(256, np.float32)), drv.Out(np.zeros(1, np.float32)), block=(256, 1, 1))\n")
     proc = subprocess.run([sys.executable, "-m", "grader.emulator", "--analyze", str(script)],

@@ -1,5 +1,5 @@
-"""Lab 6's checks of the student's search (grader/checks/autotune_search.py) and
-the rules they grade against (grader/autotune_rules.py): the reference
+"""Lab 6's checks of the student's search (grader/grading/checks/autotuning.py) and
+the rules they grade against (grader/references/autotune_rules.py): the reference
 functions pass, and each kind of broken function fails with a message that
 names the configuration and the grader's reason. Pure Python: no kernel is
 compiled (the GPU-only check says "not graded" here)."""
@@ -8,8 +8,11 @@ from __future__ import annotations
 import pytest
 
 from grader.grading.checks import autotuning as at
+from grader.grading.registry import run_here
 from grader.grading.report import NOT_GRADED, PASSED
 from grader.kernels.stages import warptile_shared_bytes
+from grader.platform import devices
+from grader.references import autotune_search as search_lists
 from grader.references.autotune_rules import (
     PARAMS,
     config_key,
@@ -18,7 +21,8 @@ from grader.references.autotune_rules import (
     registers_needed,
     rule_violations,
 )
-from grader.references.occupancy import H200
+
+H200 = devices.H200.limits
 
 VIOLATIONS = '''
 def violations(config, limits):
@@ -111,7 +115,7 @@ TILE_RULES = {"threads", "warps", "sub-tiles", "lanes", "float4", "sizes", "load
 
 def test_the_hidden_tile_list_tests_each_tile_rule_and_no_resource_rule():
     seen = set()
-    for c in at.tile_configs():
+    for c in search_lists.tile_configs():
         bad = _categories(c, H200)
         if bad & TILE_RULES:
             seen |= bad & TILE_RULES
@@ -121,12 +125,12 @@ def test_the_hidden_tile_list_tests_each_tile_rule_and_no_resource_rule():
             assert not bad and not rule_violations(c, H200), (c, bad)     # valid: every resource fits too
     assert seen >= TILE_RULES
     assert {("alone", r) for r in TILE_RULES - {"threads"}} <= seen        # threads never comes alone (registers)
-    assert sum(not rule_violations(c, H200) for c in at.tile_configs()) >= 5
+    assert sum(not rule_violations(c, H200) for c in search_lists.tile_configs()) >= 5
 
 
 def test_the_hidden_resource_list_is_tile_valid_and_depends_on_the_gpu():
     verdicts = {}
-    for c in at.resource_configs():
+    for c in search_lists.resource_configs():
         for name, limits in at.DEVICES:
             bad = _categories(c, limits)
             assert not bad & TILE_RULES, (c, bad)
@@ -135,14 +139,14 @@ def test_the_hidden_resource_list_is_tile_valid_and_depends_on_the_gpu():
     assert {frozenset(), frozenset({"shared memory"}), frozenset({"registers"}),
             frozenset({"shared memory", "registers"})} <= kinds
     assert any(len(v) > 1 for v in verdicts.values())            # a verdict that differs between GPUs
-    assert len({config_key(c) for c in at.resource_configs()}) == len(at.resource_configs())
+    assert len({config_key(c) for c in search_lists.resource_configs()}) == len(search_lists.resource_configs())
 
 
 def test_reference_functions_pass():
-    for run in (at.run_rules_tiles, at.run_rules_resources):
-        r = run(VIOLATIONS, 1)
+    for check in ("rules-tiles", "rules-resources"):
+        r = run_here("autotune-violations", check, VIOLATIONS, 1)
         assert r.status == PASSED and "all" in r.message, r.message
-    r = at.run_search_fake(SEARCH, 1)
+    r = run_here("autotune-search", "search-fake-space", SEARCH, 1)
     assert r.status == PASSED, r.message
 
 
@@ -151,7 +155,7 @@ def test_reference_functions_pass():
     ("SMEM", "rules-resources"), ("REGS", "rules-resources")])
 def test_each_forgotten_rule_fails_its_check_only(marker, fails):
     source = _without(VIOLATIONS, marker)
-    results = {r.name: r for r in (at.run_rules_tiles(source, 1), at.run_rules_resources(source, 1))}
+    results = {c: run_here("autotune-violations", c, source, 1) for c in ("rules-tiles", "rules-resources")}
     assert results[fails].status != PASSED
     assert "you accepted it; the grader rejects it" in results[fails].message
     other = ({"rules-tiles", "rules-resources"} - {fails}).pop()
@@ -159,53 +163,52 @@ def test_each_forgotten_rule_fails_its_check_only(marker, fails):
 
 
 def test_a_forgotten_shared_memory_rule_names_the_configuration_and_the_reason():
-    r = at.run_rules_resources(_without(VIOLATIONS, "SMEM"), 1)
+    r = run_here("autotune-violations", "rules-resources", _without(VIOLATIONS, "SMEM"), 1)
     assert "BK=32" in r.message and "STAGES=5" in r.message and "shared memory: 1 x 248320 B" in r.message
     assert "(A100)" in r.message and "(L4)" in r.message and "smem_per_sm" not in r.message
 
 
 def test_hard_coded_h200_limits_fail_on_the_other_gpus():
     source = VIOLATIONS.replace("limits.smem_per_sm", "233472")
-    assert at.run_rules_tiles(source, 1).status == PASSED
-    r = at.run_rules_resources(source, 1)
+    assert run_here("autotune-violations", "rules-tiles", source, 1).status == PASSED
+    r = run_here("autotune-violations", "rules-resources", source, 1)
     assert r.status != PASSED and "(H200)" not in r.message and "(A100)" in r.message
 
 
 def test_rejecting_a_valid_configuration_fails():
     source = VIOLATIONS.replace('    if TM % 4 or TN % 4:', '    if TM % 4 or TN % 8:')
-    r = at.run_rules_tiles(source, 1)
+    r = run_here("autotune-violations", "rules-tiles", source, 1)
     assert r.status != PASSED and "you rejected it (float4); the grader accepts it" in r.message
 
 
 def test_malformed_or_unwritten_violations():
-    assert "not written yet" in at.run_rules_tiles("def violations(c, l):\n    raise NotImplementedError()\n").message
-    r = at.run_rules_tiles("def violations(c, l):\n    return c['NUM_THREADS'] > 1024\n")
+    assert "not written yet" in run_here("autotune-violations", "rules-tiles", "def violations(c, l):\n    raise NotImplementedError()\n").message
+    r = run_here("autotune-violations", "rules-tiles", "def violations(c, l):\n    return c['NUM_THREADS'] > 1024\n")
     assert r.status != PASSED and "return a list of reasons" in r.message
-    r = at.run_rules_tiles("def violations(c, l):\n    return [] if 1024 // (c['WM'] - 16) else []\n")
+    r = run_here("autotune-violations", "rules-tiles", "def violations(c, l):\n    return [] if 1024 // (c['WM'] - 16) else []\n")
     assert r.status != PASSED and "raised ZeroDivisionError" in r.message
-    r = at.run_rules_tiles("from grader.references.autotune_rules import rule_violations as violations\n")
-    assert r.status != PASSED and "the grader's own rules" in r.message
-    r = at.run_rules_tiles("import grader.references.autotune_rules as g\n"
-                           "def violations(c, l):\n    return g.rule_violations(c, l)\n")
-    assert r.status != PASSED and "the grader's own rules" in r.message
-    # the notebook's demo imports the tuner from the same module: not the rules
-    assert at._uses_grader_rules("from grader.references.autotune_rules import WarptileTuner, describe\n") is None
+    r = run_here("autotune-violations", "rules-tiles", "from grader.references.autotune_rules import rule_violations as violations\n")
+    assert r.status != PASSED and "reaches into the grader itself (grader.references.autotune_rules" in r.message
+    r = run_here("autotune-violations", "rules-tiles", "import importlib\n"
+                 "g = importlib.import_module('grader.references.autotune_rules')\n"
+                 "def violations(c, l):\n    return g.rule_violations(c, l)\n")
+    assert r.status != PASSED and "reaches into the grader itself" in r.message
 
 
 def test_an_unwritten_search_says_so_once():
-    r = at.run_search_fake("def search(candidates, reject_fn, check_fn, time_fn):\n    raise NotImplementedError()\n")
+    r = run_here("autotune-search", "search-fake-space", "def search(candidates, reject_fn, check_fn, time_fn):\n    raise NotImplementedError()\n")
     assert r.status != PASSED and r.message.count("not written yet") == 1, r.message
 
 
 def test_a_search_that_keeps_an_invalid_configuration_fails():
-    r = at.run_search_fake(_without(SEARCH, "REJECT"), 1)
+    r = run_here("autotune-search", "search-fake-space", _without(SEARCH, "REJECT"), 1)
     assert r.status != PASSED
     assert "which reject_fn rejects" in r.message and "reject a configuration before compiling it" in r.message
     assert "an invalid configuration (reject_fn: about 196 registers per thread > 128" in r.message
 
 
 def test_a_search_that_keeps_a_wrong_configuration_fails():
-    r = at.run_search_fake(_without(SEARCH, "CHECK"), 1)
+    r = run_here("autotune-search", "search-fake-space", _without(SEARCH, "CHECK"), 1)
     assert r.status != PASSED and "an incorrect one (check_fn: wrong result" in r.message
 
 
@@ -214,7 +217,7 @@ def test_a_search_that_compiles_before_rejecting_fails_even_with_the_right_answe
                             "        if check_fn(config) is not None:  # CHECK\n            continue\n",
                             "        if check_fn(config) is not None:\n            continue\n"
                             "        if reject_fn(config):\n            continue\n")
-    r = at.run_search_fake(source, 1)
+    r = run_here("autotune-search", "search-fake-space", source, 1)
     assert r.status != PASSED and "called check_fn (which compiles the kernel)" in r.message
 
 
@@ -226,29 +229,29 @@ def test_a_search_that_compiles_before_rejecting_fails_even_with_the_right_answe
 def test_wrong_choices_fail(change, says):
     source = SEARCH.replace(*change)
     assert source != SEARCH
-    r = at.run_search_fake(source, 1)
+    r = run_here("autotune-search", "search-fake-space", source, 1)
     assert r.status != PASSED and says in r.message, r.message
 
 
 def test_the_fake_spaces_hide_the_answer_behind_an_invalid_and_a_wrong_configuration():
-    space = at.fake_spaces()[0]
+    space = search_lists.fake_spaces()[0]
     by_time = sorted(space.candidates, key=lambda c: space.ms[config_key(c)])
     assert rule_violations(by_time[0], H200) and config_key(by_time[2]) in space.wrong
     assert config_key(space.expected()) == config_key(by_time[3])
-    assert at.fake_spaces()[2].expected() is None
+    assert search_lists.fake_spaces()[2].expected() is None
 
 
 def test_the_gpu_check_is_not_graded_without_a_gpu():
     import grader
     if grader.BACKEND.name == "gpu":
         pytest.skip("graded on a GPU")
-    assert at.run_search_gpu(SEARCH, 1).status == NOT_GRADED
+    assert run_here("autotune-search", "search-tuned-performance", SEARCH, 1).status == NOT_GRADED
 
 
 def test_the_gpu_candidates():
     from grader.references.autotune_rules import violations
-    valid = [c for c in at.gpu_candidates() if not violations(c, H200)]
-    assert len(valid) == 3 and len(at.gpu_candidates()) == 5
+    valid = [c for c in search_lists.gpu_candidates() if not violations(c, H200)]
+    assert len(valid) == 3 and len(search_lists.gpu_candidates()) == 5
 
 
 def test_the_tuner_checks_a_configuration_on_the_backend():

@@ -6,6 +6,7 @@ import pytest
 
 import grader
 from grader.kernels import stages, timing
+from grader.platform import devices
 from grader.programs import bench
 
 pytestmark = pytest.mark.skipif(grader.BACKEND.name != "emulator",
@@ -72,26 +73,28 @@ def test_perf_refuses_without_a_gpu():
 
 
 def test_perf_pure_helpers():
-    assert timing.fp32_peak_from(132, 9, 0, 1_980_000) == pytest.approx(66.9e12, rel=1e-3)
-    assert timing.fp32_lanes_per_sm(8, 0) == 64 and timing.fp32_lanes_per_sm(8, 6) == 128
+    assert devices.fp32_peak_from(132, 9, 0, 1_980_000) == pytest.approx(66.9e12, rel=1e-3)
+    assert devices.fp32_lanes_per_sm(8, 0) == 64 and devices.fp32_lanes_per_sm(8, 6) == 128
     with pytest.raises(timing.ImpossibleResult):
         timing.check_plausible(70_000.0, 66.9e12, "kernel")
     timing.check_plausible(50_000.0, 66.9e12, "cuBLAS")
     assert timing.arithmetic_intensity(4096, 4096, 4096) == pytest.approx(4096 / 6)
-    assert timing.dram_bandwidth_from(3_201_000, 6144) == pytest.approx(4.917e12, rel=1e-3)   # H200: 4.8 TB/s spec
+    assert devices.dram_bandwidth_from(3_201_000, 6144) == pytest.approx(4.917e12, rel=1e-3)   # H200: 4.8 TB/s spec
 
 
 def test_device_peaks_of_the_emulated_h200():
-    # From the emulated device's attributes, not timed: the roofline's ceilings without a GPU.
-    fp32, dram = timing.device_peaks()
+    # From the emulated device's attributes, not timed: the roofline's ceilings without a GPU; the device
+    # table's H200 says the same.
+    fp32, dram = devices.device_peaks()
     assert fp32 == pytest.approx(66.9e12, rel=1e-3) and dram == pytest.approx(4.917e12, rel=1e-3)
+    assert devices.H200.peaks() == pytest.approx((fp32, dram))
 
 
 def test_recorded_command_is_relative_to_the_repository():
     from grader.programs.recorded_command import ROOT, recorded_command
     argv = ["--out", str(ROOT / "results" / "x"), "--sizes", "1024,4000x3000x2000", "--note", "two words"]
-    assert (recorded_command("grader.programs.bench", argv, environ={"GRADER_BACKEND": "gpu"}) ==
-            "GRADER_BACKEND=gpu python3 -m grader.programs.bench --out results/x --sizes 1024,4000x3000x2000 "
+    assert (recorded_command("bench", argv, environ={"GRADER_BACKEND": "gpu"}) ==
+            "GRADER_BACKEND=gpu python3 -m grader bench --out results/x --sizes 1024,4000x3000x2000 "
             "--note 'two words'")
-    assert recorded_command("grader.programs.bench_graphs", ["--out", "/elsewhere/out"], environ={}) == \
-        "python3 -m grader.programs.bench_graphs --out /elsewhere/out"
+    assert recorded_command("bench-graphs", ["--out", "/elsewhere/out"], environ={}) == \
+        "python3 -m grader bench-graphs --out /elsewhere/out"

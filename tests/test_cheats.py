@@ -84,9 +84,9 @@ def test_the_policy_names_the_line_of_each_launch_from_device_code():
               "    child<<<1, 1>>>(c);\n"
               "    cudaDeviceSynchronize();\n"
               "    c[0] = cuda::std::min(1.0f, c[1]);     // a cuda:: name is not a runtime call\n}\n")
-    found = policy.device_launch_refusals(source)
-    assert [f.split(":")[0] for f in found] == ["line 4", "line 5"], found
-    assert "`<<<`" in found[0] and "`cudaDeviceSynchronize`" in found[1]
+    found = policy.device_launches(source)
+    assert [f.line for f in found] == [4, 5], found
+    assert "`<<<`" in found[0].text and "`cudaDeviceSynchronize`" in found[1].text
 
 
 @pytest.mark.parametrize("file, reason", REFUSED, ids=[f for f, _ in REFUSED])

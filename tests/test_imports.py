@@ -1,23 +1,21 @@
-"""The grader's layers import one way, and importing a module does nothing.
-
-Layers (README, "Architecture"): emulator -> backend -> kernels and host
-drivers -> checks -> front-end -> CLI and notebook glue. The import graph is
-read statically (every import statement of every module, those inside
-functions included), so an import deferred into a function to hide a loop is
-a loop here too.
-"""
+"""The architecture holds: import-linter's contracts (pyproject.toml: the layers as folders, the
+emulator independent of the grader) are kept, the README's Architecture section names every layer of
+the contract, and importing any module does nothing (prints nothing, leaves `pycuda` alone)."""
 from __future__ import annotations
 
-import ast
 import json
+import re
+import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "grader"
+CONTRACTS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
 
 
 def module_name(path: Path) -> str:
@@ -28,105 +26,20 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
-    if not node.level:
-        return node.module or ""
-    base = module.split(".")
-    base = base if is_package else base[:-1]
-    base = base[:len(base) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
+def test_the_import_contracts_are_kept():
+    lint = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
+    p = subprocess.run([lint, "--no-cache"], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "BROKEN" not in p.stdout and p.stdout.count("KEPT") == len(CONTRACTS), p.stdout
 
 
-def imports_of(module: str) -> set[str]:
-    """The grader modules that `module` imports anywhere in its text."""
-    path = MODULES[module]
-    is_package = path.name == "__init__.py"
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        targets = []
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = _resolve(module, is_package, node)
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
-        for t in targets:
-            while t and t not in MODULES:          # `import grader.x.y` names grader.x.y; a name of a module: it
-                t = t.rpartition(".")[0]
-            if t and t != module:
-                found.add(t)
-    return found
-
-
-GRAPH = {m: imports_of(m) for m in MODULES}
-
-
-def find_cycle() -> list[str] | None:
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(m: str) -> list[str] | None:
-        state[m] = 1
-        stack.append(m)
-        for n in sorted(GRAPH[m]):
-            if state.get(n) == 1:
-                return stack[stack.index(n):] + [n]
-            if n not in state and (cycle := visit(n)):
-                return cycle
-        stack.pop()
-        state[m] = 2
-        return None
-
-    for m in sorted(GRAPH):
-        if m not in state and (cycle := visit(m)):
-            return cycle
-    return None
-
-
-def test_the_graph_is_read():
-    assert "grader.platform.backend" in GRAPH["grader.platform.compiler"]
-    assert "grader.grading.registry" in GRAPH["grader.grading.frontend"]
-    assert "grader.grading.checks.minimums" in GRAPH["grader.grading.registry"]
-
-
-def test_no_import_loops():
-    cycle = find_cycle()
-    assert cycle is None, "import loop: " + " -> ".join(cycle)
-
-
-# Programs that measure the emulator with the course's kernels (python -m grader.programs.emulator_bench,
-# python -m grader.programs.emulator_validate): they stand above the grader, nothing imports them.
-EMULATOR_PROGRAMS = {"grader.programs.emulator_bench", "grader.programs.emulator_validate"}
-
-
-def test_the_emulator_imports_nothing_of_the_grader_above_it():
-    for m, targets in GRAPH.items():
-        if m.startswith("grader.emulator") and m not in EMULATOR_PROGRAMS:
-            assert all(t.startswith("grader.emulator") for t in targets), (m, targets)
-    assert not any(p in targets for p in EMULATOR_PROGRAMS for targets in GRAPH.values())
-
-
-# The layers, bottom up; a module may import its own layer and those below.
-LAYERS = [
-    ("emulator", lambda m: m.startswith("grader.emulator") and m not in EMULATOR_PROGRAMS or m == "grader.programs.recorded_command"),
-    ("backend", lambda m: m in ("grader.platform.backend", "grader.platform.compiler")),
-    ("kernels and host drivers", lambda m: m in ("grader.kernels.stages", "grader.kernels.sgemm", "grader.kernels.top2",
-                                                  "grader.kernels.sssp", "grader.kernels.transfers", "grader.kernels.host_log",
-                                                  "grader.grading.host_functions", "grader.grading.student_process", "grader.platform.sandbox", "grader.kernels.timing", "grader.references.occupancy",
-                                                  "grader.grading.report", "grader.kernels.transpose", "grader.references.autotune_rules")),
-    ("checks", lambda m: m.startswith("grader.grading.checks") or m == "grader.grading.registry"),
-    ("front-end", lambda m: m in ("grader.grading.isolation", "grader.grading.frontend", "grader")),
-    ("CLI and programs", lambda m: True),
-]
-
-
-def layer(module: str) -> int:
-    return next(i for i, (_, member) in enumerate(LAYERS) if member(module))
-
-
-def test_layers_import_one_way():
-    upward = [f"{m} ({LAYERS[layer(m)][0]}) imports {t} ({LAYERS[layer(t)][0]})"
-              for m, targets in sorted(GRAPH.items()) for t in sorted(targets) if layer(t) > layer(m)]
-    assert not upward, "\n".join(upward)
+def test_the_readme_states_the_layers_of_the_contract():
+    architecture = re.search(r"^## Architecture\n(.*?)^## ", (REPO / "README.md").read_text(), re.S | re.M).group(1)
+    layers = next(c["layers"] for c in CONTRACTS if c["type"] == "layers")
+    missing = [layer for layer in layers if f"`{layer.replace('.', '/')}/`" not in architecture]
+    assert not missing, f"README's Architecture section does not name {missing}"
+    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert sorted(layer.split(".")[1] for layer in layers) == folders, "every package of grader/ is a layer"
 
 
 # Modules that are entry points: importing them is what they are for.

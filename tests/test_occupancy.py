@@ -4,7 +4,11 @@ units of 256), 2048 threads = 64 warps/SM, 32 blocks/SM, 228 KiB shared/SM,
 227 KiB max per block, 1 KiB reserved per block, 128-byte granularity."""
 import pytest
 
-from grader.references.occupancy import H200, Limits, occupancy
+from grader.platform import devices
+from grader.platform.devices import Limits
+from grader.references.occupancy import occupancy
+
+H200 = devices.H200.limits
 
 KIB = 1024
 
@@ -101,7 +105,7 @@ def test_device_limits_on_the_emulator_are_the_h200():
     import grader
     if grader.BACKEND.name != "emulator":
         pytest.skip("the emulator reports H200 limits; a real GPU reports its own")
-    from grader.references.occupancy import device_limits
+    from grader.platform.devices import device_limits
     assert device_limits() == H200
-    from grader.references.occupancy import multiprocessor_count
+    from grader.platform.devices import multiprocessor_count
     assert multiprocessor_count() == 132

@@ -1,4 +1,4 @@
-"""Lab 3's blocks_per_sm exercise (grader/checks/occupancy_function.py): the
+"""Lab 3's blocks_per_sm exercise (grader/grading/checks/blocks_per_sm.py): the
 notebook's reference passes, every way of getting a rule wrong fails with the
 first differing input and both answers (never the rule), odd return values
 and exceptions are reported, and the GPU-only comparison with the CUDA
@@ -15,6 +15,8 @@ import pytest
 import grader
 from grader.grading.checks import blocks_per_sm as of
 from grader.grading.host_functions import source_from_cells
+from grader.grading.protocol import Context
+from grader.grading.registry import run_here
 from grader.grading.report import FAILED, NOT_GRADED, PASSED
 
 REPO = Path(__file__).resolve().parent.parent
@@ -77,7 +79,7 @@ def test_random_cases_follow_the_seed():
 
 
 def test_the_notebooks_reference_passes():
-    r = of.run_table(REFERENCE, seed=7)
+    r = run_here("blocks-per-sm", "h200-limits", REFERENCE, 7)
     assert r.status == PASSED and r.points == 1.0, r.text()
     assert f"right on all {len(of.EDGE_CASES) + of.RANDOM_CASES} inputs" in r.message
 
@@ -117,7 +119,7 @@ BROKEN = {
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_each_wrong_rule_fails_naming_the_first_input(name):
     (old, new), first = BROKEN[name]
-    r = of.run_table(_broken(old, new), seed=3)
+    r = run_here("blocks-per-sm", "h200-limits", _broken(old, new), 3)
     assert r.status == FAILED and r.points == 0.0, r.text()
     assert "inputs tried differ; the first:\n  " + first in r.message, r.message
     for rule_word in ("round", "sub-partition", "reserv", "granular", "256 registers", "1024 bytes"):
@@ -134,7 +136,7 @@ def test_each_wrong_rule_fails_naming_the_first_input(name):
 ])
 def test_odd_answers_are_reported(body, said):
     source = f"def blocks_per_sm(regs_per_thread, smem_per_block, threads_per_block):\n    {body}\n"
-    r = of.run_table(source, seed=1)
+    r = run_here("blocks-per-sm", "h200-limits", source, 1)
     assert r.status == FAILED and said in r.message, r.message
     assert r.message.startswith("blocks_per_sm(regs_per_thread=32, smem_per_block=0, threads_per_block=256)"), \
         r.message
@@ -144,70 +146,59 @@ def test_integral_floats_and_numpy_integers_are_accepted():
     source = REFERENCE.replace("return min(", "return np.int64(1) * float(min(").replace(
         "by_registers, by_shared)", "by_registers, by_shared))")
     assert "import numpy as np" not in source
-    r = of.run_table("import numpy as np\n" + source, seed=2)
+    r = run_here("blocks-per-sm", "h200-limits", "import numpy as np\n" + source, 2)
     assert r.status == PASSED, r.text()
 
 
 def test_a_submission_without_the_function():
-    r = of.run_table("def blocks_per_SM(a, b, c):\n    return 1\n", seed=1)
+    r = run_here("blocks-per-sm", "h200-limits", "def blocks_per_SM(a, b, c):\n    return 1\n", 1)
     assert r.status == FAILED and "does not define blocks_per_sm(regs_per_thread, smem_per_block, " \
         "threads_per_block)" in r.message, r.message
-    r = of.run_table("def blocks_per_sm(:\n", seed=1)
+    r = run_here("blocks-per-sm", "h200-limits", "def blocks_per_sm(:\n", 1)
     assert r.status == FAILED and "SyntaxError" in r.message, r.message
 
 
 @pytest.mark.skipif(grader.BACKEND.name == "gpu", reason="on a GPU the API is asked")
 def test_the_cuda_check_is_not_graded_without_a_gpu():
-    r = of.run_cuda(REFERENCE, seed=1)
+    r = run_here("blocks-per-sm", "cuda-occupancy-api", REFERENCE, 1)
     assert r.status == NOT_GRADED and r.points == 0 and "not graded: no GPU" in r.message
 
 
-def test_the_cuda_check_compares_with_the_api_and_leaves_out_disagreements(monkeypatch):
-    """The GPU path with the driver replaced: the API's answers are the grader's, except one case where the
-    'API' says something else (left out, named) and one where it fails (left out)."""
-    class FakeFunction:
-        def __init__(self, regs):
-            self.regs = regs
+def test_the_cuda_check_compares_with_the_api_and_leaves_out_disagreements():
+    """The judging of what a GPU collected: the API's answers are the grader's, except one case where the 'API'
+    says something else (left out, named) and one where it failed (left out)."""
+    cases, left_out = [], []
+    for regs in (33, 128):
+        for threads in of.BLOCK_THREADS:
+            for dynamic in of.DYNAMIC_SHARED:
+                args = [regs, 8192 + dynamic, threads]
+                if (regs, threads, dynamic) == (128, 1024, 0):
+                    left_out.append(f"regs {regs}, {threads} threads: cuOccupancyMaxActiveBlocksPerMultiprocessor "
+                                    "failed with CUresult 1")
+                    continue
+                cases.append([args, 99 if (regs, threads, dynamic) == (33, 96, 0) else of.expected(*args)])
+    ctx = Context("blocks-per-sm", gpu=True)
 
-    kernels = [("cap 33", b"33", FakeFunction(33), None), ("no cap", b"128", FakeFunction(128), None)]
+    def judged(source: str):
+        ns: dict = {}
+        exec(source, ns)
+        answers = [ns["blocks_per_sm"](*args) for args, _ in cases]
+        return of.judge_cuda(({"cases": cases, "left_out": left_out, "answers": answers}, {}), 1, ctx)
 
-    def api(cubin, kernel, threads, dynamic):
-        regs = int(cubin)
-        if (regs, threads, dynamic) == (128, 1024, 0):
-            raise RuntimeError("cuOccupancyMaxActiveBlocksPerMultiprocessor failed with CUresult 1")
-        if (regs, threads, dynamic) == (33, 96, 0):
-            return 99
-        return of.expected(regs, 8192 + dynamic, threads)
-
-    import grader.platform.backend as backend
-    monkeypatch.setattr(backend, "current", lambda: backend.Backend("gpu", "fake"))
-    monkeypatch.setattr(backend, "drivers", lambda on_emulator=False: (None, None))
-    monkeypatch.setattr(grader.references.occupancy, "device_limits", lambda device=None: grader.references.occupancy.H200)
-    monkeypatch.setattr(grader.references.occupancy, "function_resources", lambda fn: (fn.regs, 8192))
-    monkeypatch.setattr(grader.references.occupancy, "cuda_blocks_per_sm", api)
-    monkeypatch.setattr(of, "_probe_kernels", lambda: kernels)
-    ns: dict = {}
-    exec(REFERENCE, ns)
-    r = of.run_cuda_function(ns["blocks_per_sm"])
+    r = judged(REFERENCE)
     assert r.status == PASSED, r.text()
-    compared = len(kernels) * len(of.BLOCK_THREADS) * len(of.DYNAMIC_SHARED) - 2
-    assert r.details == {"inputs": compared, "differ": 0, "left_out": 2}
-    assert "2 input(s) left out" in r.message and "the CUDA API says 99, grader.references.occupancy 16" in r.message
+    assert r.details == {"inputs": len(cases) - 1, "differ": 0, "left_out": 2}
+    assert "2 input(s) left out" in r.message and "the CUDA API says 99, the grader's calculator 16" in r.message
     assert "CUresult 1" in r.message
 
-    ns2: dict = {}
-    exec(_broken("regs_per_warp = round_up(regs_per_thread * WARP_SIZE, REG_ALLOC_UNIT)",
-                 "regs_per_warp = regs_per_thread * WARP_SIZE"), ns2)
-    r = of.run_cuda_function(ns2["blocks_per_sm"])
+    r = judged(_broken("regs_per_warp = round_up(regs_per_thread * WARP_SIZE, REG_ALLOC_UNIT)",
+                       "regs_per_warp = regs_per_thread * WARP_SIZE"))
     assert r.status == FAILED, r.text()
     assert r.message.startswith("against the CUDA occupancy API"), r.message
     assert ("the first:\n  blocks_per_sm(regs_per_thread=33, smem_per_block=8192, threads_per_block=64) returned 25; "
             "24 blocks of 64 threads fit on one H200 SM") in r.message, r.message
 
-    monkeypatch.setattr(grader.references.occupancy, "device_limits",
-                        lambda device=None: grader.references.occupancy.Limits(**{**grader.references.occupancy.H200.__dict__,
-                                                                        "smem_per_sm": 167936}))
-    r = of.run_cuda_function(ns["blocks_per_sm"])
+    r = of.judge_cuda(({"not_graded": "limits"}, {}), 1, ctx)
     assert r.status == NOT_GRADED and "not the H200's" in r.message
 
 

@@ -4,15 +4,16 @@ solution cells (one source of truth), run here in-process; every check passes
 them and fails a broken variant with the message a student needs."""
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import nbformat
-import numpy as np
 import pytest
 
 import grader
+from grader.grading import registry
 from grader.grading.checks import pycuda_by_hand as checks
+from grader.grading.host_functions import function_source
+from grader.grading.registry import run_here
 from grader.grading.report import NOT_GRADED
 from grader.kernels.host_log import HostLog, recording
 from grader.platform.backend import drivers
@@ -29,25 +30,36 @@ def _cells() -> dict[str, str]:
     return {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells if c.metadata.get("nbgrader")}
 
 
-def _namespace(replace: dict[str, tuple[str, str]] | None = None) -> dict:
-    """The notebook's imports, given kernel and solution cells executed (without their self-checks and
-    prints), with `replace` = {grade_id: (old, new)} applied first."""
+def _namespace(replace: dict[str, tuple[str, str]] | None = None, extra: str = "") -> str:
+    """The notebook's imports, given kernel and solution cells as one submission's text (without their
+    self-checks and prints), with `replace` = {grade_id: (old, new)} applied first, and `extra` after."""
     cells = _cells()
-    ns: dict = {"np": np, "grader": grader}
+    parts = ["import time", "import numpy as np"]
     for gid in ("kernel-source", "imports", "launch-config", "matmul", "time-matmul", "gflops"):
         src = cells[gid]
         if replace and gid in replace:
             old, new = replace[gid]
             assert old in src, old
             src = src.replace(old, new)
-        src = "\n".join(ln for ln in src.splitlines() if not ln.startswith(("grader.check(", "print(")))
-        exec(compile(src, f"<{gid}>", "exec"), ns)
-    return ns
+        parts.append("\n".join(ln for ln in src.splitlines() if not ln.startswith(("grader.check(", "print("))))
+    return "\n\n".join(parts + [extra]) + "\n"
+
+
+EXERCISE = {"matmul-correct": "pycuda-matmul", "matmul-float64": "pycuda-matmul", "gflops-formula": "pycuda-gflops",
+            "timing-form": "pycuda-timing", "timing-plausible": "pycuda-timing"}
+
+
+def _run(check: str, submission, seed: int | None = None):
+    """One check of lab 00 on a submission's text (or a self-contained function), both halves here."""
+    exercise = EXERCISE[check]
+    if not isinstance(submission, str):        # a function of this file, under the name the lab asks for
+        name = registry.get(exercise).host_function
+        submission = function_source(submission) + f"\n{name} = {submission.__name__}\n"
+    return run_here(exercise, check, submission, seed)
 
 
 @pytest.fixture(scope="module")
-def ref() -> dict:
-    drivers()
+def ref() -> str:
     return _namespace()
 
 
@@ -62,22 +74,21 @@ def test_given_kernel_is_the_reference():
 
 
 def test_reference_passes_every_check(ref):
-    for run, name in ((checks.run_matmul_function, "matmul"), (checks.run_matmul_float64_function, "matmul"),
-                      (checks.run_gflops_function, "gflops"), (checks.run_timing_form_function, "time_matmul")):
-        r = run(ref[name], 5)
+    for check in ("matmul-correct", "matmul-float64", "gflops-formula", "timing-form"):
+        r = _run(check, ref, 5)
         assert r.passed, r.text()
 
 
 def test_timing_plausibility_not_graded_on_the_emulator(ref):
     if not ON_EMULATOR:
         pytest.skip("graded on a GPU")
-    r = checks.run_timing_plausible_function(ref["time_matmul"], 5)
+    r = _run("timing-plausible", ref, 5)
     assert r.status == NOT_GRADED and "not graded: no GPU" in r.message
 
 
 def test_grid_one_block_short_says_which_rows_and_columns():
     ns = _namespace({"launch-config": (CEIL, FLOOR)})
-    r = checks.run_matmul_function(ns["matmul"], 5)
+    r = _run("matmul-correct", ns, 5)
     assert not r.passed
     assert ("rows 64..69 and columns 96..99 of C were never written: your launch block=(32, 32, 1), "
             "grid=(3, 2, 1)") in r.message, r.message
@@ -90,7 +101,7 @@ def test_grid_one_block_short_says_which_rows_and_columns():
 
 def test_grid_two_blocks_short_is_not_called_one():
     ns = _namespace({"launch-config": (CEIL, "grid = (max(1, N // block[0] - 1), max(1, M // block[1] - 1), 1)")})
-    r = checks.run_matmul_function(ns["matmul"], 5)
+    r = _run("matmul-correct", ns, 5)
     assert not r.passed
     assert "the grid is 2 blocks short in x: 100 columns" in r.message, r.message
     assert "one block short in x: 100" not in r.message
@@ -99,7 +110,7 @@ def test_grid_two_blocks_short_is_not_called_one():
 def test_swapped_grid_is_called_swapped_not_short():
     ns = _namespace({"launch-config": (CEIL, "grid = ((M + block[0] - 1) // block[0], (N + block[1] - 1) // "
                                              "block[1], 1)")})
-    r = checks.run_matmul_function(ns["matmul"], 5)
+    r = _run("matmul-correct", ns, 5)
     assert not r.passed
     assert "columns 96..99 of C were never written" in r.message, r.message
     assert "grid=(3, 4) is the block counts of the M=70 rows in x and of the N=100 columns in y: swapped" in r.message
@@ -108,9 +119,8 @@ def test_swapped_grid_is_called_swapped_not_short():
 
 def test_wrong_values_inside_the_grid_are_not_blamed_on_the_grid():
     # a kernel that reads B transposed: every element is wrong, the grid is right
-    ns = _namespace()
-    ns["COALESCED_SOURCE"] = ns["COALESCED_SOURCE"].replace("B[k * N + col]", "B[col * K + k]")
-    r = checks.run_matmul_function(ns["matmul"], 5)
+    ns = _namespace({"kernel-source": ("B[k * N + col]", "B[col * K + k]")})
+    r = _run("matmul-correct", ns, 5)
     assert not r.passed
     assert "wrong element(s); first at row" in r.message
     assert "never written" not in r.message and "block short" not in r.message and "float64" not in r.message
@@ -119,8 +129,8 @@ def test_wrong_values_inside_the_grid_are_not_blamed_on_the_grid():
 def test_float64_inputs_copied_as_they_are():
     ns = _namespace({"matmul": ("    A = np.ascontiguousarray(A, dtype=np.float32)\n"
                                 "    B = np.ascontiguousarray(B, dtype=np.float32)\n", "")})
-    assert checks.run_matmul_function(ns["matmul"], 5).passed          # float32 inputs: nothing to convert
-    r = checks.run_matmul_float64_function(ns["matmul"], 5)
+    assert _run("matmul-correct", ns, 5).passed          # float32 inputs: nothing to convert
+    r = _run("matmul-float64", ns, 5)
     assert not r.passed
     assert "A went to the device as float64 (25 bytes" not in r.message
     assert "A went to the device as float64 (10440 bytes, 8 an element)" in r.message, r.message   # 45 x 29
@@ -130,7 +140,7 @@ def test_float64_inputs_copied_as_they_are():
 def test_c_allocated_as_float64():
     ns = _namespace({"matmul": ("c_gpu = gpuarray.empty((M, N), np.float32)",
                                 "c_gpu = gpuarray.empty((M, N), np.float64)")})
-    r = checks.run_matmul_function(ns["matmul"], 5)
+    r = _run("matmul-correct", ns, 5)
     assert not r.passed
     assert "C came back into a float64 array of shape" in r.message and "allocate C as np.float32" in r.message, \
         r.message
@@ -138,17 +148,17 @@ def test_c_allocated_as_float64():
 
 def test_returning_the_gpuarray_and_python_ints():
     ns = _namespace({"matmul": ("    return c_gpu.get()", "    return c_gpu")})
-    r = checks.run_matmul_function(ns["matmul"], 5)
+    r = _run("matmul-correct", ns, 5)
     assert not r.passed and "returned a GPUArray: copy C back" in r.message, r.message
     ns = _namespace({"matmul": ("kernel(np.int32(M), np.int32(N), np.int32(K),", "kernel(M, N, K,")})
-    r = checks.run_matmul_function(ns["matmul"], 5)
+    r = _run("matmul-correct", ns, 5)
     assert not r.passed and "numpy.int32(M)" in r.message, r.message
 
 
 def test_not_written_yet():
     def matmul(A, B):
         raise NotImplementedError()
-    r = checks.run_matmul_function(matmul, 5)
+    r = _run("matmul-correct", matmul, 5)
     assert not r.passed and "not written yet" in r.message
 
 
@@ -159,7 +169,7 @@ def test_gflops_mistakes():
     def mflops(M, N, K, seconds):
         return 2 * M * N * K / seconds / 1e6
     for f, expected in ((no_two, "half: an FMA (multiply-add) is 2 FLOP"), (mflops, "1000x too much")):
-        r = checks.run_gflops_function(f)
+        r = _run("gflops-formula", f)
         assert not r.passed and expected in r.message and "wrong on 5 of 5 inputs" in r.message, r.message
 
 
@@ -190,57 +200,56 @@ TIMING_VARIANTS = {
 @pytest.mark.parametrize("variant", sorted(TIMING_VARIANTS))
 def test_timing_mistakes_fail_with_their_reason(variant):
     old, new, expected = TIMING_VARIANTS[variant]
-    ns = _namespace({"time-matmul": (old, new)})
-    ns["time"] = time
-    r = checks.run_timing_form_function(ns["time_matmul"], 5)
+    r = _run("timing-form", _namespace({"time-matmul": (old, new)}), 5)
     assert not r.passed, r.text()
     if variant == "no synchronize" and "device not ready" in r.message:   # a real GPU refuses the read itself
         expected = "read an event's time only after end.synchronize()"
     assert expected in r.message, r.message
 
 
-def test_timing_other_correct_forms_pass(drv):
-    ns = _namespace()
-    SourceModule, gpuarray, src = ns["SourceModule"], ns["gpuarray"], ns["COALESCED_SOURCE"]
+OTHER_TIMINGS = {"all events, then one synchronisation (grader.kernels.timing's way)": """
+def time_matmul(A, B, warmup=2, runs=10):
+    go = setup(A, B)
+    for _ in range(warmup):
+        go()
+    events = [(drv.Event(), drv.Event()) for _ in range(runs)]
+    for s, e in events:
+        s.record()
+        go()
+        e.record()
+    events[-1][1].synchronize()
+    return float(np.median([e.time_since(s) / 1e3 for s, e in events]))
+""", "a context synchronisation, and time_till": """
+def time_matmul(A, B, warmup=2, runs=10):
+    go = setup(A, B)
+    for _ in range(warmup):
+        go()
+    times = []
+    for _ in range(runs):
+        s, e = drv.Event(), drv.Event()
+        s.record()
+        go()
+        e.record()
+        drv.Context.synchronize()
+        times.append(s.time_till(e) * 1e-3)
+    return float(np.median(times))
+"""}
+SETUP = """
+def setup(A, B):
+    A, B = A.astype(np.float32), B.astype(np.float32)
+    M, K = A.shape
+    N = B.shape[1]
+    kernel = SourceModule(COALESCED_SOURCE).get_function("sgemm_coalesced")
+    a, b, c = gpuarray.to_gpu(A), gpuarray.to_gpu(B), gpuarray.empty((M, N), np.float32)
+    block, grid = launch_config(M, N)
+    return lambda: kernel(np.int32(M), np.int32(N), np.int32(K), a, b, c, block=block, grid=grid)
+"""
 
-    def setup(A, B):
-        A, B = A.astype(np.float32), B.astype(np.float32)
-        M, K = A.shape
-        N = B.shape[1]
-        kernel = SourceModule(src).get_function("sgemm_coalesced")
-        a, b, c = gpuarray.to_gpu(A), gpuarray.to_gpu(B), gpuarray.empty((M, N), np.float32)
-        block, grid = ns["launch_config"](M, N)
-        return lambda: kernel(np.int32(M), np.int32(N), np.int32(K), a, b, c, block=block, grid=grid)
 
-    def all_events_then_one_sync(A, B, warmup=2, runs=10):      # grader.kernels.timing.time_kernel's way
-        go = setup(A, B)
-        for _ in range(warmup):
-            go()
-        events = [(drv.Event(), drv.Event()) for _ in range(runs)]
-        for s, e in events:
-            s.record()
-            go()
-            e.record()
-        events[-1][1].synchronize()
-        return float(np.median([e.time_since(s) / 1e3 for s, e in events]))
-
-    def context_sync_and_time_till(A, B, warmup=2, runs=10):
-        go = setup(A, B)
-        for _ in range(warmup):
-            go()
-        times = []
-        for _ in range(runs):
-            s, e = drv.Event(), drv.Event()
-            s.record()
-            go()
-            e.record()
-            drv.Context.synchronize()
-            times.append(s.time_till(e) * 1e-3)
-        return float(np.median(times))
-
-    for f in (all_events_then_one_sync, context_sync_and_time_till):
-        r = checks.run_timing_form_function(f, 5)
-        assert r.passed, f"{f.__name__}: {r.text()}"
+@pytest.mark.parametrize("form", sorted(OTHER_TIMINGS))
+def test_timing_other_correct_forms_pass(form):
+    r = _run("timing-form", _namespace(extra=SETUP + OTHER_TIMINGS[form]), 5)
+    assert r.passed, f"{form}: {r.text()}"
 
 
 def test_recording_restores_the_driver(drv):
@@ -288,11 +297,12 @@ def test_through_the_front_end_from_source():
 
 def test_grid_left_none():
     ns = _namespace({"launch-config": (CEIL, "grid = None")})
-    r = checks.run_matmul_function(ns["matmul"], 5)
+    r = _run("matmul-correct", ns, 5)
     assert not r.passed and "grader error" not in r.message
     assert "grid=None: each must be a tuple of 3 ints" in r.message, r.message
 
 
 def test_numpy_instead_of_the_gpu():
-    r = checks.run_matmul_function(lambda A, B: (A.astype(np.float64) @ B).astype(np.float32), 5)
+    r = _run("matmul-correct", "import numpy as np\ndef matmul(A, B):\n"
+                               "    return (A.astype(np.float64) @ B).astype(np.float32)\n", 5)
     assert not r.passed and "launched no kernel" in r.message, r.message

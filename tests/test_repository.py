@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from grader.__main__ import COMMANDS
+
 REPO = Path(__file__).resolve().parent.parent
 HISTORY = r"issue ?#?[0-9]+|worktree|\.device/"
 DEPLOY = "bash deploy/gpu-machine.sh && "
 STARTS = re.compile(r"(?:python3? -m |GRADER_BACKEND=)")
-PYTHON = re.compile(r"\bpython3? (?:-m (?P<module>[\w.]+)|(?P<script>[\w./-]+\.py)\b)")
+PYTHON = re.compile(r"\bpython3? (?:-m (?P<module>[\w.]+)(?: (?P<command>[\w-]+))?|(?P<script>[\w./-]+\.py)\b)")
 BASH = re.compile(r"\bbash (?P<script>[\w./-]+\.sh)\b")
 
 
@@ -77,6 +79,8 @@ def problems(command: str) -> list[str]:
         module, script = run.group("module"), run.group("script")
         if module is not None and not (module.split(".")[0] == "grader" and module_exists(module)):
             found.append(f"no module {module} in the package")
+        elif module == "grader" and run.group("command") not in COMMANDS:
+            found.append(f"no command {run.group('command')} of python -m grader")
         if script is not None and not (REPO / script).is_file():
             found.append(f"no script {script} in the repository")
     found += [f"no script {m.group('script')} in the repository" for m in BASH.finditer(command)
@@ -96,14 +100,17 @@ def test_recorded_commands_run_from_the_repository_root(path):
 
 def test_the_command_check_can_fail():
     markdown = ("Command: `GRADER_BACKEND=gpu python3 -m grader.bench --out x`\n\n"
-                "```\nbash deploy/gpu-machine.sh && python3 -m grader.programs.bench \\\n    --budget 30\n"
+                "`python3 -m grader benchmark`\n\n"
+                "```\nbash deploy/gpu-machine.sh && python3 -m grader bench \\\n    --budget 30\n"
                 "GRADER_BACKEND=gpu ncu -o x python3 results/no-such-script.py\n```\n\n"
                 "    python3 -m pytest tests\n")
     commands = recorded_commands(markdown)
     assert commands == ["GRADER_BACKEND=gpu python3 -m grader.bench --out x",
-                        "python3 -m grader.programs.bench --budget 30",
+                        "python3 -m grader benchmark",
+                        "python3 -m grader bench --budget 30",
                         "GRADER_BACKEND=gpu ncu -o x python3 results/no-such-script.py",
                         "python3 -m pytest tests"]
-    assert [problems(c) for c in commands] == [["no module grader.bench in the package"], [],
+    assert [problems(c) for c in commands] == [["no module grader.bench in the package"],
+                                               ["no command benchmark of python -m grader"], [],
                                                ["no script results/no-such-script.py in the repository"],
                                                ["no module pytest in the package"]]

@@ -165,7 +165,7 @@ def test_device_code_that_starts_a_process_is_stopped_and_reported(tmp_path):
     assert p.returncode == -signal.SIGSYS and "not stopped" not in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
     result = isolation._outcome("correctness", "", isolation.STARTED, "", -signal.SIGSYS, False, 60)
     assert result.status == FAILED and result.points == 0 and "system call" in result.message
-    assert result.details["attempt"] == "forbidden system call"
+    assert result.details["refused"] == ["forbidden-system-call"]
 
 
 # ---- the autograde kernel -------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from grader.course.static_values import (
     grade_id,
     parse,
     read_values,
+    readable,
     static_value,
 )
 from grader.grading import frontend, registry
@@ -110,17 +111,14 @@ class Regraded:
     score: float | None             # None: not recomputed (the note says why)
     note: str = ""
     text: str = ""                  # what the test cell prints: each check's diagnosis
-    attempts: list = field(default_factory=list)    # what a check says the submission tried (attempt_of)
+    attempts: list = field(default_factory=list)    # what a check says the submission tried (attempts_of)
 
 
-def attempt_of(result) -> str | None:
-    """What a check's result says the submission tried and was stopped for (a source the policy refuses,
-    a system call the sandbox forbids), or None."""
-    details = result.details or {}
-    kind = details.get("attempt") or details.get("refusal")
-    if kind:
-        return str(kind)
-    return "a source the grader refuses" if "the grader refuses this source" in result.message else None
+def attempts_of(result) -> list[str]:
+    """What a check's result says the submission tried and was stopped for: the kinds of
+    grader.grading.isolation.attempted (the source policy's refusals, an import of the answers), and
+    the sandbox's (a forbidden system call)."""
+    return [str(kind) for kind in (result.details or {}).get("refused") or []]
 
 
 @contextlib.contextmanager
@@ -172,7 +170,7 @@ def _regrade_exercise(t: ExerciseTest, cells: list[str], values: NotebookValues)
             return None, f"not recomputed: {t.variable} has no static string value ({why})", "", []
     report = frontend.check(t.exercise, submission, [t.check], announce=False)
     r = report[t.check]
-    tried = [f"{t.check}: {a}" for a in [attempt_of(r)] if a]
+    tried = [f"{t.check}: {kind}" for kind in attempts_of(r)]
     return round(t.points * r.fraction, 3), f"{t.check}: {r.status}", report.cell_text(t.check), tried
 
 
@@ -228,7 +226,7 @@ class Row:
     regraded: float | None
     max_score: float
     note: str
-    tried: list = field(default_factory=list)     # what the submission tried (attempt_of), and where
+    tried: list = field(default_factory=list)     # what the submission tried (attempts_of), and where
 
     @property
     def differs(self) -> bool:
@@ -249,10 +247,9 @@ def regrade_at(cells: list, index: int, test_source: str) -> tuple[Regraded, Not
         with memory_ceiling():
             values = read_values(before)
     except MemoryError:
-        values = NotebookValues({}, {}, [])
         return Regraded(None, f"not recomputed: reading the notebook's values took more than "
-                              f"{READ_MEMORY >> 30} GiB of memory"), values
-    return regrade_cell(test_source, before, values), values
+                              f"{READ_MEMORY >> 30} GiB of memory"), NotebookValues()
+    return regrade_cell(test_source, readable(before), values), values
 
 
 def tried_in_text(cells: list) -> list[str]:

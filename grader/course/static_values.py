@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import operator
 import re
+import string
 import textwrap
 from dataclasses import dataclass, field
 
@@ -22,26 +23,92 @@ class NotStatic(ValueError):
     """An expression that is not a literal or arithmetic of literals."""
 
 
-MAX_STRING = 1_000_000          # characters of a string value
-MAX_INT_DIGITS = 400            # digits of an integer value
+class TooLarge(NotStatic):
+    """A value (or a cell) past the bounds: computing it would take the grader's own time and memory."""
+
+
+# Every value computed here is bounded, in the grader's own process: a notebook cannot make
+# reading it take more than seconds or more than a few times MAX_STRING of memory.
+MAX_STRING = 1_000_000          # characters of a string value (or of a tuple written out)
+MAX_INT_BITS = 1_400            # an integer value: about 420 digits
+MAX_EXPONENT = 64               # of a power
 MAX_NODES = 20_000              # syntax-tree nodes of one expression
+MAX_DEPTH = 100                 # nesting of one expression
+# A cell is parsed only within these bounds (parsing takes about 10 us and 1 kB per syntax-tree
+# node: a million `1,` is half a minute and a gigabyte). The course's notebooks hold up to 40 kB
+# and 5,000 parts in all.
+MAX_CELL = 1_000_000            # characters of a cell that is read
+MAX_CELL_PARTS = 100_000        # punctuation and line ends of a cell that is read (about its tokens)
+MAX_CELLS_TOTAL = 5_000_000     # characters of all the cells read
+MAX_PARTS_TOTAL = 200_000       # parts of all the cells read
+_PART_CHARS = ",;()[]{}=+-*/%<>.:'\"\n@&|^~"
 _STR_METHODS = {"replace", "strip", "lstrip", "rstrip", "format", "join", "upper", "lower", "removeprefix",
                 "removesuffix"}
-_WIDE = re.compile(r"\d{7,}")       # a field width or precision of a million or more
+_PERCENT = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?[diouxXeEfFgGcrsa%]")
+
+
+def _weight(value) -> int:
+    """An upper bound on the characters of str(value) (what formatting it can produce)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, bool) or value is None:
+        return 5
+    if isinstance(value, int):
+        return value.bit_length() // 3 + 2
+    if isinstance(value, tuple):
+        total = 2
+        for v in value:
+            total += _weight(v) + 2
+            if total > MAX_STRING:
+                break
+        return total
+    return 24                   # a float
 
 
 def _bounded(value):
-    if isinstance(value, str) and len(value) > MAX_STRING:
-        raise NotStatic(f"a string of more than {MAX_STRING} characters")
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** MAX_INT_DIGITS:
-        raise NotStatic(f"an integer of more than {MAX_INT_DIGITS} digits")
-    if isinstance(value, (list, tuple)) and sum(len(v) if isinstance(v, str) else 1 for v in value) > MAX_STRING:
-        raise NotStatic("a sequence too large")
+    if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+        raise TooLarge(f"an integer of more than {MAX_INT_BITS} bits")
+    if _weight(value) > MAX_STRING:
+        raise TooLarge(f"more than {MAX_STRING} characters")
     return value
 
 
-def _size(value) -> int:
-    return len(value) if isinstance(value, (str, list, tuple)) else 1
+def _fits(size: int) -> None:
+    if size > MAX_STRING:
+        raise TooLarge(f"more than {MAX_STRING} characters")
+
+
+def _field_size(spec: str) -> int:
+    """The most a format field with this spec adds to its value's text: its width and precision,
+    and the digits of a float written without an exponent ('f' of 1e308)."""
+    if "{" in spec or "*" in spec:
+        raise NotStatic("a width or precision that is not a literal")
+    return 320 + sum(int(n) for n in re.findall(r"\d+", spec))
+
+
+def _percent(fmt: str, args):
+    """fmt % args, once its size is known to be bounded."""
+    values = args if isinstance(args, tuple) else (args,)
+    size = len(fmt) + sum(_weight(v) for v in values)
+    for m in _PERCENT.finditer(fmt):
+        size += _field_size((m.group(1) or "") + "." + (m.group(2) or ""))
+    _fits(size)
+    return fmt % args
+
+
+def _format(fmt: str, args: list):
+    """fmt.format(*args), once its size is known to be bounded."""
+    size, auto = len(fmt), 0
+    for _, name, spec, _ in string.Formatter().parse(fmt):
+        if name is None:
+            continue
+        if name == "":
+            name, auto = str(auto), auto + 1
+        if not name.isdigit():
+            raise NotStatic("a format field other than {} or {N}")
+        size += _field_size(spec or "") + _weight(args[int(name)])
+    _fits(size)
+    return fmt.format(*args)
 
 
 def static_value(node: ast.AST, env: dict):
@@ -49,14 +116,21 @@ def static_value(node: ast.AST, env: dict):
     ordinary string operations (concatenation, repetition, %, f-strings,
     .replace/.strip/.format/.join/..., textwrap.dedent), every value bounded
     in size (a notebook cannot make this run out of memory or time)."""
-    if sum(1 for _ in zip(range(MAX_NODES + 1), ast.walk(node))) > MAX_NODES:
-        raise NotStatic(f"an expression of more than {MAX_NODES} parts")
+    nodes, stack = 0, [(node, 1)]
+    while stack:
+        n, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise TooLarge(f"an expression of more than {MAX_NODES} parts")
+        if depth > MAX_DEPTH:
+            raise TooLarge(f"an expression nested more than {MAX_DEPTH} deep")
+        stack += [(c, depth + 1) for c in ast.iter_child_nodes(n)]
     return _value(node, env)
 
 
 def _value(node: ast.AST, env: dict):
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str)):
-        return node.value
+        return _bounded(node.value)
     if isinstance(node, ast.Name):
         if node.id in env:
             return env[node.id]
@@ -64,37 +138,43 @@ def _value(node: ast.AST, env: dict):
     if isinstance(node, (ast.Tuple, ast.List)):
         return _bounded(tuple(_value(e, env) for e in node.elts))
     if isinstance(node, ast.JoinedStr):
-        parts = []
+        parts, size = [], 0
         for v in node.values:
             if isinstance(v, ast.FormattedValue):
-                spec = _narrow(_value(v.format_spec, env)) if v.format_spec else ""
+                spec = _str(_value(v.format_spec, env)) if v.format_spec else ""
                 inner = _value(v.value, env)
+                _fits(size + _field_size(spec) + _weight(inner))
                 inner = {115: str, 114: repr, 97: ascii}.get(v.conversion, lambda x: x)(inner)
                 parts.append(format(inner, spec))
             else:
                 parts.append(_value(v, env))
-            _bounded("".join(parts) if sum(map(len, parts)) > MAX_STRING else "")
-        return _bounded("".join(parts))
+            size += len(parts[-1])
+            _fits(size)
+        return "".join(parts)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         left, right = _value(node.left, env), _value(node.right, env)
-        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and abs(right) > 64:
-            raise NotStatic("exponent too large")
+        if isinstance(node.op, ast.Pow) and isinstance(right, (int, float)) and isinstance(left, (int, float)):
+            if abs(right) > MAX_EXPONENT or (isinstance(left, int) and isinstance(right, int) and right > 0
+                                             and left.bit_length() * right > MAX_INT_BITS):
+                raise TooLarge("a power too large")
         if isinstance(node.op, ast.Mult) and {type(left), type(right)} & {str, tuple}:
-            n = right if isinstance(left, (str, tuple)) else left
-            seq = left if isinstance(left, (str, tuple)) else right
-            if isinstance(n, int) and n * _size(seq) > MAX_STRING:
-                raise NotStatic(f"a string of more than {MAX_STRING} characters")
-        if isinstance(node.op, ast.Add) and _size(left) + _size(right) > MAX_STRING:
-            raise NotStatic(f"a string of more than {MAX_STRING} characters")
+            n, seq = (right, left) if isinstance(left, (str, tuple)) else (left, right)
+            if isinstance(n, int):
+                _fits(n * _weight(seq))
+        if isinstance(node.op, ast.Add) and isinstance(left, (str, tuple)):
+            _fits(_weight(left) + _weight(right))
         if isinstance(node.op, ast.Mod) and isinstance(left, str):
-            return _bounded(_narrow(left) % right)
+            return _bounded(_percent(left, right))
         return _bounded(_BINOPS[type(node.op)](left, right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_value(node.operand, env))
     if isinstance(node, ast.Call) and not node.keywords:
         f = node.func
         if isinstance(f, ast.Name) and f.id in _CALLS:
-            return _bounded(_CALLS[f.id](*[_value(a, env) for a in node.args]))
+            args = [_value(a, env) for a in node.args]
+            if f.id == "round" and len(args) == 2 and isinstance(args[1], int) and abs(args[1]) > MAX_INT_BITS:
+                raise TooLarge("a number of digits too large to round to")
+            return _bounded(_CALLS[f.id](*args))
         if (isinstance(f, ast.Name) and f.id == "dedent") or (
                 isinstance(f, ast.Attribute) and f.attr == "dedent" and isinstance(f.value, ast.Name)
                 and f.value.id == "textwrap"):
@@ -103,19 +183,13 @@ def _value(node: ast.AST, env: dict):
             target = _str(_value(f.value, env))
             args = [_value(a, env) for a in node.args]
             if f.attr == "format":
-                _narrow(target)
+                return _bounded(_format(target, args))
+            if f.attr == "join" and len(args) == 1 and isinstance(args[0], (tuple, str)):
+                _fits(len(target) * len(args[0]) + _weight(args[0]))
             if f.attr == "replace" and len(args) >= 2 and isinstance(args[0], str) and isinstance(args[1], str):
-                if (len(target) // max(1, len(args[0])) + 1) * len(args[1]) + len(target) > MAX_STRING:
-                    raise NotStatic(f"a string of more than {MAX_STRING} characters")
-            result = getattr(target, f.attr)(*args)
-            return _bounded(result)
+                _fits((len(target) // max(1, len(args[0])) + 1) * len(args[1]) + len(target))
+            return _bounded(getattr(target, f.attr)(*args))
     return _not(node)
-
-
-def _narrow(fmt):
-    if isinstance(fmt, str) and _WIDE.search(fmt):
-        raise NotStatic("a format with a field width of a million or more")
-    return fmt
 
 
 def unparse(node: ast.AST, limit: int = 80) -> str:
@@ -150,9 +224,52 @@ def _target_root(t: ast.AST) -> str | None:
     return t.id if isinstance(t, ast.Name) else None
 
 
+def _parts(src: str) -> int:
+    """About the number of tokens of a cell (over-counting inside string literals)."""
+    return sum(src.count(c) for c in _PART_CHARS) if len(src) <= MAX_CELL else MAX_CELL_PARTS + 1
+
+
+def readable(cells: list[str]) -> list[str]:
+    """The cells as the grader reads them from the text: a cell past the bounds (MAX_CELL,
+    MAX_CELL_PARTS, or the totals of the cells read before it) is read as empty."""
+    out, chars, parts = [], 0, 0
+    for src in cells:
+        n = _parts(src)
+        if len(src) <= MAX_CELL and n <= MAX_CELL_PARTS and chars + len(src) <= MAX_CELLS_TOTAL \
+                and parts + n <= MAX_PARTS_TOTAL:
+            chars, parts = chars + len(src), parts + n
+            out.append(src)
+        else:
+            out.append("")
+    return out
+
+
+_ASSIGNED = re.compile(r"([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)")
+MAX_UNREAD_LINES = 200_000      # line starts looked at for the names that cells not read assign
+
+
+def _assigned(src: str, budget: list[int]):
+    """The names assigned at the start of the lines of a cell that is not parsed (budget[0]: lines left)."""
+    pos = 0
+    while pos >= 0 and budget[0] > 0:
+        budget[0] -= 1
+        if m := _ASSIGNED.match(src, pos):
+            yield m.group(1)
+        pos = src.find("\n", pos)
+        pos = pos + 1 if pos >= 0 else -1
+
+
 def read_values(cells: list[str]) -> NotebookValues:
     out = NotebookValues()
-    for i, src in enumerate(cells):
+    budget = [MAX_UNREAD_LINES]
+    for i, (src, kept) in enumerate(zip(cells, readable(cells))):
+        if kept != src:
+            why = f"cell {i} holds {len(src):,} characters, more than the grader reads from a notebook's text"
+            out.suspicious.append(f"cell {i}: not read ({len(src):,} characters)")
+            for name in _assigned(src, budget):
+                out.values.pop(name, None)
+                out.unknown[name] = f"the value of {name} is too large to grade from the text ({why})"
+            continue
         tree = parse(src)
         if isinstance(tree, str):
             out.suspicious.append(f"cell {i}: {tree}")
@@ -174,6 +291,9 @@ def read_values(cells: list[str]) -> NotebookValues:
                 try:
                     out.values[name] = static_value(stmt.value, out.values)
                     out.unknown.pop(name, None)
+                except TooLarge as e:
+                    out.values.pop(name, None)
+                    out.unknown[name] = f"the value of {name} is too large to grade from the text ({e})"
                 except (NotStatic, ArithmeticError, TypeError, ValueError, LookupError, RecursionError,
                         MemoryError) as e:
                     out.values.pop(name, None)
@@ -185,7 +305,10 @@ def read_values(cells: list[str]) -> NotebookValues:
 
 
 def parse(src: str):
-    """The cell's syntax tree, or a string saying why there is none (invalid, or too deep to parse)."""
+    """The cell's syntax tree, or a string saying why there is none (invalid, too large or too deep)."""
+    if len(src) > MAX_CELL or _parts(src) > MAX_CELL_PARTS:
+        return (f"not read ({len(src)} characters: the grader reads at most {MAX_CELL} characters and about "
+                f"{MAX_CELL_PARTS} tokens per cell)")
     try:
         return ast.parse(src)
     except SyntaxError as e:

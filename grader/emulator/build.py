@@ -14,6 +14,7 @@ writes into the shared cache is ever loaded by a grading process."""
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import json
 import os
@@ -36,7 +37,8 @@ RUNTIME_EXPORTS = "exports.map"          # the symbols kernels and ctypes see; t
 # no scalar replacement, so that a float4 load stays one 16-byte access.
 ANALYSIS_FLAGS = ("-O1", "-gdwarf-4", "-fno-tree-sra", "-fsanitize=kernel-address", "--param", "asan-instrumentation-with-call-threshold=0",
                   "--param", "asan-globals=0", "--param", "asan-stack=0")
-SOURCE_NAME = "kernel.cu"
+SOURCE_NAME = policy.SOURCE_NAME
+NVCC_DEPENDENCIES = "kernel.d"          # the files nvcc opened (-MD)
 NVCC_ARCH = "sm_90"
 BUILD_KEY_MARK = b"GRADER-EMU-BUILD-KEY:"
 # A module's references to its own functions and variables bind inside it:
@@ -48,11 +50,13 @@ MODULE_LINK_FLAGS = ("-Wl,-Bsymbolic",)
 class BuildError(Exception):
     """The kernel source does not compile; `log` holds the compiler's message."""
 
-    def __init__(self, message: str, log: str, command: list[str] | None = None, emulator_only: bool = False):
+    def __init__(self, message: str, log: str, command: list[str] | None = None, emulator_only: bool = False,
+                 refusals: list[policy.Finding] | None = None):
         super().__init__(message)
         self.log = log
         self.command = command
         self.emulator_only = emulator_only     # nvcc accepts the source: a limit of the emulator
+        self.refusals = refusals or []         # the source policy's findings (policy.Finding), when it refused
 
 
 @dataclass
@@ -71,6 +75,7 @@ class BuiltModule:
     nvcc_log: str = ""
     resources: dict[str, KernelResources] = field(default_factory=dict)
     nvcc_checked: bool = False
+    nvcc_outside: list[str] | None = None      # files nvcc opened outside the toolkit and the system's headers
 
 
 def cache_dir() -> Path:
@@ -95,6 +100,7 @@ def _digest(*parts) -> str:
     return h.hexdigest()[:24]
 
 
+@functools.lru_cache(maxsize=None)
 def _compiler_id(cmd: str) -> str:
     try:
         return subprocess.run([cmd, "--version"], capture_output=True, text=True, timeout=60).stdout.split("\n")[0]
@@ -239,9 +245,11 @@ _SHARED_DECL = re.compile(r"(?<!extern )\b__shared__\s+(?P<type>[\w\s:<>,*()]*?)
                           r"(?P<dims>(?:\[[^\]\[;]*\]\s*)*);")
 
 
-def _rewrite_shared_for_analysis(source: str) -> str:
+def _rewrite_shared(source: str) -> str:
     """`__shared__ T name[dims];` becomes __EMU_SHARED_VAR (cuda_emu.h), on the
-    same line; declarations it does not recognise stay as they are."""
+    same line; declarations it does not recognise stay as they are. Every build
+    compiles this same text (cuda_emu.h tells the analysis build's expansion
+    apart), so that a source cannot tell an analysis build from the one that runs."""
     def repl(m: re.Match) -> str:
         type_ = m.group("type").strip()
         if not type_ or "(" in _ALIGN.sub("", type_):
@@ -250,13 +258,9 @@ def _rewrite_shared_for_analysis(source: str) -> str:
     return _SHARED_DECL.sub(repl, source)
 
 
-def _user_unit(source: str, no_extern_c: bool, scan: bool, analysis: bool = False) -> str:
-    body = _rewrite_dynamic_shared(source)
-    if analysis:
-        body = _rewrite_shared_for_analysis(body)
+def _user_unit(source: str, no_extern_c: bool) -> str:
+    body = _rewrite_shared(_rewrite_dynamic_shared(source))
     head = '#include "cuda_emu.h"\n'
-    if scan:
-        head += "__EMU_USER_BEGIN__\n"
     if not no_extern_c:
         head += 'extern "C" {\n'
     tail = "\n}\n" if not no_extern_c else "\n"
@@ -289,9 +293,15 @@ def _statement_start(text: str, pos: int) -> int:
     return max(text.rfind(";", 0, pos), text.rfind("}", 0, pos), text.rfind("{", 0, pos)) + 1
 
 
+def _user_part(preprocessed: str) -> str:
+    """The preprocessed unit from `#line 1 "kernel.cu"` on."""
+    start = preprocessed.find(f'\n# 1 "{SOURCE_NAME}"\n')
+    return preprocessed[start:] if start >= 0 else preprocessed
+
+
 def scan_declarations(preprocessed: str) -> Declarations:
     """Find kernels and device variables in the preprocessed user code."""
-    text = preprocessed.split("__EMU_USER_BEGIN__", 1)[-1]
+    text = _user_part(preprocessed)
     text = re.sub(r'"(\\.|[^"\\])*"', '""', text)
     text = re.sub(r"^#.*$", "", text, flags=re.M)
     kernels: list[str] = []
@@ -373,7 +383,63 @@ def parse_ptxas(log: str) -> dict[str, KernelResources]:
 def _nvcc_command(tool: str, options: list[str], include_dirs: list[str]) -> list[str]:
     passthrough = [o for o in options if not re.match(r"^(-arch|--gpu-architecture|-code|--cubin|-o$)", o)]
     return [tool, "--cubin", f"-arch={NVCC_ARCH}", "-Xptxas", "-v", *passthrough,
-            *[f"-I{d}" for d in include_dirs], f"-I{PYCUDA_INCLUDE_DIR}", "-o", "kernel.cubin", SOURCE_NAME]
+            *[f"-I{d}" for d in include_dirs], f"-I{PYCUDA_INCLUDE_DIR}", "-MD", "-MF", NVCC_DEPENDENCIES,
+            "-o", "kernel.cubin", SOURCE_NAME]
+
+
+def _nvcc_outside(nvcc_dir: Path, tool: str, include_dirs: list[str]) -> list[str] | None:
+    """The files nvcc opened outside its toolkit, the system's headers and the include
+    directories (None when it wrote no list: it stopped in the preprocessor)."""
+    deps = nvcc_dir / NVCC_DEPENDENCIES
+    if not deps.exists():
+        return None
+    toolkit = Path(os.path.realpath(tool)).parent.parent
+    roots = [str(toolkit), "/usr/include", "/usr/lib/gcc", str(PYCUDA_INCLUDE_DIR), str(nvcc_dir), *include_dirs]
+    return policy.outside(deps.read_text(), str(nvcc_dir), roots)
+
+
+# ---- the source policy: the build's own preprocessor, three ways ---------------------------------
+
+def _flags(extra_flags, options: list[str], include_dirs: list[str]) -> list[str]:
+    return ["-std=gnu++17", "-fPIC", "-fstack-clash-protection", "-fno-strict-aliasing", "-U_FORTIFY_SOURCE",
+            *extra_flags, f"-I{RUNTIME_DIR}", f"-I{STUB_INCLUDE_DIR}", f"-I{PYCUDA_INCLUDE_DIR}",
+            *host_flags(options, include_dirs)]
+
+
+def _write_sources(tmp: str, source: str, no_extern_c: bool) -> None:
+    """The files of a build folder before anything is compiled: the student's source as written (for the
+    compilers' excerpts) and the module's unit (the user code, before the registration is added)."""
+    Path(tmp, SOURCE_NAME).write_text(source)
+    Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c))
+
+
+_verdicts: dict[str, list[policy.Finding]] = {}   # the policy's verdicts on this process's sources
+_scans: dict[str, str] = {}      # the policy's marked view of a source it accepted: the builds' declaration scan
+
+
+def refusals(source: str, options: list[str] | None = None, no_extern_c: bool = False) -> list[policy.Finding]:
+    """Why the policy refuses `source` (grader.emulator.policy), from the build's
+    preprocessor run over the build's unit, in a folder laid out as the build's:
+    as the grader reads it (EMU_SCAN), as the build that runs compiles it and as
+    the analysis build does. Remembered for the process's later builds."""
+    options = [str(o) for o in (options or [])]
+    key = _source_key(source, options, no_extern_c)
+    if key not in _verdicts:
+        views = {"marked": ("-O2", "-DEMU_SCAN"), "runs": ("-O2",), "analysed": ANALYSIS_FLAGS}
+        with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp:
+            _write_sources(tmp, source, no_extern_c)
+            jobs = {name: _Started([cxx(), "-E", "-H", *_flags(extra, options, []), "unit.cpp"], tmp)
+                    for name, extra in views.items()}
+            runs = {name: job.result() for name, job in jobs.items()}
+            read = {name: policy.read_view(p.stdout, p.stderr, p.returncode == 0, tmp) for name, p in runs.items()}
+        _verdicts[key] = policy.refusals(source, own_headers=STUB_INCLUDE_DIR, **read)
+        if not _verdicts[key]:
+            _scans[key] = _user_part(runs["marked"].stdout)
+    return _verdicts[key]
+
+
+def _source_key(source: str, options: list[str], no_extern_c: bool) -> str:
+    return _digest(source, options, no_extern_c, _compiler_id(cxx()))
 
 
 # ---- the build ---------------------------------------------------------------
@@ -387,19 +453,21 @@ def build_module(source: str, options: list[str] | None = None, include_dirs: li
     include_dirs = [str(Path(d).resolve()) for d in (include_dirs or [])]
     untrusted = config.untrusted_sources()
     if untrusted:
-        try:
-            policy.check_source(source)
-            if include_dirs or any(o.startswith("-I") for o in options):
-                raise policy.Refused("the grader refuses include directories for a graded source")
-        except policy.Refused as e:
-            raise BuildError("the grader refuses this source", str(e)) from None
+        if include_dirs or any(o.startswith("-I") for o in options):
+            _refuse([policy.Finding("include", None, "the grader refuses include directories for a graded source")])
+        _refuse(refusals(source, options, no_extern_c))
     built = _build_module(source, options, include_dirs, no_extern_c, analysis)
     if untrusted:
         try:
             policy.check_library(built.library, _baseline_imports(no_extern_c, analysis))
         except policy.Refused as e:
-            raise BuildError("the grader refuses this source", str(e)) from None
+            raise BuildError("the grader refuses this source", str(e), refusals=e.findings) from None
     return built
+
+
+def _refuse(findings: list[policy.Finding]) -> None:
+    if findings:
+        raise BuildError("the grader refuses this source", policy.refusal_text(findings), refusals=findings)
 
 
 _baselines: dict = {}
@@ -425,27 +493,26 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
     meta = cache_dir() / f"kernel-{key}.json"
     data = _verified_bytes(lib, key, meta) if lib.exists() and meta.exists() else None
     if data is not None:
-        return _load_meta(_private_copy(data, lib.name), meta)
+        built = _load_meta(_private_copy(data, lib.name), meta)
+        _refuse_nvcc_outside(built.nvcc_outside)
+        return built
 
-    with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp:
-        flags = ["-std=gnu++17", "-fPIC", "-fstack-clash-protection", "-fno-strict-aliasing", "-U_FORTIFY_SOURCE", *extra_flags,
-                 f"-I{RUNTIME_DIR}", f"-I{STUB_INCLUDE_DIR}", f"-I{PYCUDA_INCLUDE_DIR}", *host_flags(options, include_dirs)]
+    # nvcc works in a folder of its own: what it writes there cannot tell a build from another.
+    with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp, \
+            tempfile.TemporaryDirectory(prefix="emu-nvcc-") as nvcc_dir:
+        flags = _flags(extra_flags, options, include_dirs)
+        _write_sources(tmp, source, no_extern_c)
         nvcc_job = None
-        # The student's source as written, for the compilers' excerpts.
-        Path(tmp, SOURCE_NAME).write_text(source)
         if tool:
-            nvcc_dir = Path(tmp, "nvcc")
-            nvcc_dir.mkdir()
             Path(nvcc_dir, SOURCE_NAME).write_text(
-                (source if no_extern_c else f'extern "C" {{\n#line 1 "{SOURCE_NAME}"\n{source}\n}}\n'))
-            nvcc_job = _Started(_nvcc_command(tool, options, include_dirs), str(nvcc_dir))
-        scan_src = Path(tmp, "scan.cpp")
-        scan_src.write_text(_user_unit(source, no_extern_c, scan=True))
-        scan = _run([cxx(), "-E", "-DEMU_SCAN", *flags, "scan.cpp"], tmp)
+                source if no_extern_c else f'extern "C" {{\n#line 1 "{SOURCE_NAME}"\n{source}\n}}\n')
+            nvcc_job = _Started(_nvcc_command(tool, options, include_dirs), nvcc_dir)
+        scanned = None if include_dirs else _scans.get(_source_key(source, options, no_extern_c))
+        scan = None if scanned else _run([cxx(), "-E", "-DEMU_SCAN", *flags, "unit.cpp"], tmp)
         host = None
-        if scan.returncode == 0:
-            decl = scan_declarations(scan.stdout)
-            Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c, scan=False, analysis=analysis) +
+        if scanned or scan.returncode == 0:
+            decl = scan_declarations(scanned or scan.stdout)
+            Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c) +
                                              registration_code(decl) +
                                              _key_definition(key, "__emu_build_key"))
             cmd = [cxx(), "-shared", *flags, *MODULE_LINK_FLAGS, "unit.cpp", "-o", "kernel.so"]
@@ -454,7 +521,9 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
 
         host_ok = host is not None and host.returncode == 0
         host_log = _clean_log((host or scan).stderr, tmp)
-        nvcc_log = _clean_log(nvcc_proc.stdout + nvcc_proc.stderr, str(Path(tmp, "nvcc"))) if nvcc_proc else ""
+        nvcc_log = _clean_log(nvcc_proc.stdout + nvcc_proc.stderr, nvcc_dir) if nvcc_proc else ""
+        nvcc_outside = _nvcc_outside(Path(nvcc_dir), tool, include_dirs) if nvcc_proc else []
+        _refuse_nvcc_outside(nvcc_outside)
         if nvcc_proc and nvcc_proc.returncode != 0:
             raise BuildError("nvcc could not compile the kernel", nvcc_log, nvcc_proc.args)
         if not host_ok:
@@ -466,14 +535,22 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
         resources = parse_ptxas(nvcc_log) if nvcc_proc else {}
         _atomic_write(meta, json.dumps({
             "key": key, "sha256": hashlib.sha256(built).hexdigest(),
-            "nvcc_log": nvcc_log, "nvcc_checked": nvcc_proc is not None,
+            "nvcc_log": nvcc_log, "nvcc_checked": nvcc_proc is not None, "nvcc_outside": nvcc_outside,
             "resources": {k: vars(v) for k, v in resources.items()},
         }).encode())
     return _load_meta(_private_copy(built, lib.name), meta)
+
+
+def _refuse_nvcc_outside(files: list[str] | None) -> None:
+    """nvcc's compile of an untrusted source opened a file outside the toolkit and the system's headers
+    (a cubin never runs here, but what nvcc says about such a file would reach the student)."""
+    if files and config.untrusted_sources():
+        _refuse([policy.Finding("include", None, f"nvcc's compile of your source opens {os.path.basename(files[0])}"
+                                f": only CUDA, math and stdio headers may be included ({policy.INCLUDES_HINT})")])
 
 
 def _load_meta(lib: Path, meta: Path) -> BuiltModule:
     data = json.loads(meta.read_text())
     return BuiltModule(lib, data["nvcc_log"],
                        {k: KernelResources(**v) for k, v in data["resources"].items()},
-                       data["nvcc_checked"])
+                       data["nvcc_checked"], data.get("nvcc_outside"))

@@ -2,37 +2,455 @@
 being graded): device code only.
 
 The emulator compiles CUDA C as host C++ and runs it natively in the grading
-process, so anything only host code could use would run there too. A
-submission is refused, with the line and the reason, when it has
+process, so anything only host code could use would run there too. The
+decision is taken on what the compiler sees, not on the text: build.py runs
+the build's own preprocessor, with the build's own flags, over the build's
+translation unit, and this module reads its output (comments gone, macros
+expanded, digraphs, line splices and token pasting resolved) and the list of
+files it opened (-H). A source is refused, with its line and the reason, when
 
-- a function defined outside __device__ / __global__ (a host function:
+- the compile opens a file the emulator's own headers do not (an #include of
+  anything but the CUDA, math and stdio headers, however it is spelled);
+- its tokens hold `asm` (inline assembly: system calls without the C library);
+- an attribute runs code when the module is loaded or unloaded (constructor,
+  destructor, init_priority, ifunc, a section other than shared memory) or
+  turns the analysis' instrumentation off (no_sanitize*, ...);
+- a function is defined outside __device__ / __global__ (a host function:
   kernels never need one, and only host code could call it);
-- `asm` (inline assembly: system calls without the C library);
-- `__attribute__((constructor))`, `destructor` or `init_priority` (code
-  that runs when the module is loaded or unloaded, outside any launch);
-- an #include outside ALLOWED_INCLUDES, token pasting (`##`) or a #pragma
-  other than `unroll` (ways to spell the above without writing them);
-- a kernel launch (`<<<`) or a CUDA runtime call (`cuda...(`) in device
-  code: dynamic parallelism, whose work would run outside the launch the
-  grader checks and times (device_launch_refusals; on a GPU too, through
-  grader.platform.compiler: nvcc refuses it anyway without -rdc, which the
-  grader never passes, in words a student cannot act on);
+- a #pragma other than `unroll`;
+- a kernel launch (`<<<`) or a CUDA runtime call (`cuda...(`) in device code:
+  dynamic parallelism, whose work would run outside the launch the grader
+  checks and times;
+- the source reads differently in the build that runs and in the analysis
+  build (it tests __SANITIZE_ADDRESS__, ...), or differently when the grader
+  reads it (it tests how __global__ is spelled there): the analysis must see
+  the code that runs;
 
 and, once built, when the library imports a symbol outside the allow-list
 (the emulator runtime, the C math library, what GCC itself emits): no file,
 process, network or memory-mapping call can be reached.
+
+Each refusal has a kind (Finding.kind), written at the end of its line as
+`[refused: KIND]` so that it survives as text: refusal_kinds(text) reads them.
 """
 from __future__ import annotations
 
+import functools
+import os
 import re
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 
-ALLOWED_INCLUDES = frozenset({
-    "cuda_pipeline.h", "cuda_pipeline_primitives.h", "cuda_runtime.h", "cuda_runtime_api.h", "cuda.h",
-    "math_constants.h", "device_launch_parameters.h", "device_functions.h", "sm_20_atomic_functions.h",
-    "assert.h", "cassert", "stdint.h", "cstdint", "float.h", "cfloat", "math.h", "cmath", "limits.h",
-    "climits", "stddef.h", "cstddef"})
+SOURCE_NAME = "kernel.cu"
+INCLUDES_HINT = "cuda_pipeline.h, math_constants.h, cmath, cstdint, cstdio, ..."
+
+# ---- findings -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason to refuse a source: its kind (machine-readable), the student's line, what and why."""
+    kind: str
+    line: int | None
+    text: str
+
+    def __str__(self) -> str:
+        where = f"{SOURCE_NAME}:{self.line}: " if self.line else ""
+        return f"{where}{self.text} [refused: {self.kind}]"
+
+
+class Refused(Exception):
+    """The source or its build is refused; the message says what and why."""
+
+    def __init__(self, message: str, findings: list[Finding] = ()):
+        super().__init__(message)
+        self.findings = list(findings)
+
+
+def refusal_text(findings: list[Finding]) -> str:
+    return ("the grader refuses this source (it only runs device code on the CPU emulator):\n"
+            + "\n".join(str(f) for f in findings))
+
+
+def refusal_kinds(text: str) -> list[str]:
+    """The kinds of the refusals written in a message (an autograde can list what a submission tried)."""
+    return re.findall(r"\[refused: ([\w-]+)\]", text)
+
+
+# ---- reading the preprocessor's output ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Token:
+    text: str       # digraphs written as the tokens they stand for
+    line: int       # the student's line (where a macro was used, for what it expands to)
+
+
+@dataclass
+class View:
+    """One preprocessor run over the build's translation unit: the tokens of the
+    student's source (what macros expand to included, #pragma lines as one token
+    each), and the files the run opened."""
+    ok: bool
+    tokens: list[Token] = field(default_factory=list)
+    prelude: set[str] = field(default_factory=set)       # files opened before the student's source
+    included: dict[str, int] = field(default_factory=dict)   # file opened from the student's source -> line
+    opened: list[str] = field(default_factory=list)      # every file the run opened (-H)
+
+
+_MARKER = re.compile(r'# (\d+) "((?:[^"\\]|\\.)*)"((?: \d)*)\s*$')
+_DIGRAPHS = {"<:": "[", ":>": "]", "<%": "{", "%>": "}", "%:": "#", "%:%:": "##"}
+_PUNCT = sorted(["%:%:", "...", "<=>", "<<=", ">>=", "->*", "::", "##", "->", "++", "--", "<<", ">>", "<=", ">=",
+                 "==", "!=", "&&", "||", "*=", "/=", "%=", "+=", "-=", "&=", "^=", "|=", ".*", "<:", ":>", "<%",
+                 "%>", "%:"], key=len, reverse=True)
+_UCN = r"\\u[0-9A-Fa-f]{4}|\\U[0-9A-Fa-f]{8}"
+_TOKEN = re.compile(rf"""
+    (?P<nl>\n)
+  | (?P<space>[ \t\r\f\v]+)
+  | (?P<raw>(?:u8|[uUL])?R"(?P<delim>[^ ()\\\t\v\f\n"]{{0,16}})\((?s:.*?)\)(?P=delim)")
+  | (?P<literal>(?:u8|[uUL])?(?:"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'))
+  | (?P<number>\.?[0-9](?:[eEpP][+-]|[\w.'])*)
+  | (?P<name>(?:[A-Za-z_$]|[^\x00-\x7f]|{_UCN})(?:[\w$]|[^\x00-\x7f]|{_UCN})*)
+  | <::(?![:>])
+  | (?P<punct>{"|".join(re.escape(p) for p in _PUNCT)})
+  | (?P<other>.)
+""", re.X)
+
+
+def _unescape(name: str) -> str:
+    return re.sub(r"\\(.)", r"\1", name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _real(folder: str, path: str) -> str:
+    return os.path.realpath(os.path.join(folder, path))
+
+
+def read_view(output: str, header_tree: str, ok: bool, folder: str) -> View:
+    """What one run of `g++ -E -H` in `folder` says: `output` its stdout, `header_tree` its stderr."""
+    view = View(ok)
+    view.opened = [_real(folder, m.group(1)) for m in re.finditer(r"^\.+ (.+)$", header_tree, re.M)]
+    stack: list[str] = []           # the files entered (line markers with flag 1), innermost last
+    student = False                 # past the `#line 1 "kernel.cu"` that starts the student's source
+    chain: list[str] = []           # files entered from the student's source, until its #include returns
+    line, pos, n = 1, 0, len(output)
+    while pos < n:
+        if output.startswith("#", pos):              # GCC writes a directive only at a line's start
+            end = output.find("\n", pos)
+            end = n if end < 0 else end
+            directive = output[pos:end]
+            pos = end + 1
+            m = _MARKER.match(directive)
+            if not m:
+                if student and not stack:
+                    view.tokens.append(Token(" ".join(directive.split()), line))
+                line += 1
+                continue
+            line, name, flags = int(m.group(1)), _real(folder, _unescape(m.group(2))), m.group(3).split()
+            if "1" in flags:
+                if student:
+                    chain.append(name)
+                else:
+                    view.prelude.add(name)
+                stack.append(name)
+            elif "2" in flags and stack:
+                stack.pop()
+                if not stack and chain:             # back in the student's source, after its #include
+                    for f in chain:
+                        view.included.setdefault(f, line - 1)
+                    chain = []
+            elif not stack and _unescape(m.group(2)) == SOURCE_NAME:
+                student = True
+            continue
+        if not (student and not stack):
+            nxt = output.find("\n#", pos)
+            pos = n if nxt < 0 else nxt + 1
+            continue
+        pos, line = _tokens(output, pos, line, view.tokens)
+    return view
+
+
+def _tokens(text: str, pos: int, line: int, out: list[Token]) -> tuple[int, int]:
+    """Tokens from `pos` up to the next line that starts with '#'; (where it stopped, its line)."""
+    n = len(text)
+    while pos < n:
+        m = _TOKEN.match(text, pos)
+        kind = m.lastgroup
+        if kind == "nl":
+            line += 1
+            pos = m.end()
+            if text.startswith("#", pos):
+                break
+            continue
+        if kind != "space":
+            tok = m.group(0)
+            out.append(Token(_DIGRAPHS.get(tok, tok) if kind == "punct" else ("<" if kind is None else tok), line))
+            if kind is None:                        # `<::` not followed by : or >: `<` then `::`
+                out.append(Token("::", line))
+            line += tok.count("\n") if kind == "raw" else 0
+        pos = m.end()
+    return pos, line
+
+
+# ---- judging the tokens -----------------------------------------------------------------------
+
+MARKS = frozenset({"__EMU_GLOBAL__", "__EMU_DEVICE__", "__EMU_VARIABLE__"})   # cuda_emu.h under EMU_SCAN
+_ASM = frozenset({"asm", "__asm", "__asm__"})
+_LOAD_TIME = frozenset({"constructor", "destructor", "init_priority", "ifunc"})
+_SANITIZER = ("no_sanitize", "no_address_safety_analysis", "disable_sanitizer_instrumentation")
+_SHARED_SECTION = '"emu_shared"'      # cuda_emu.h's __shared__
+_NOT_NAMES = frozenset({"__attribute__", "__attribute", "__declspec", "alignas", "decltype", "sizeof", "noexcept",
+                        "throw", "operator"})
+_CLASS_KEYS = frozenset({"struct", "class", "union", "enum"})
+
+
+def refusals(source: str, marked: View, runs: View, analysed: View, own_headers: Path) -> list[Finding]:
+    """Why `source` is refused (empty when it is device code only), from three preprocessor
+    runs of its translation unit: `marked` as the grader reads it (EMU_SCAN: kernels and
+    device functions marked), `runs` as the build that runs compiles it, `analysed` as the
+    analysis build does. `own_headers`: the emulator's CUDA headers."""
+    lines = source.splitlines()
+    found = device_launches(source) + emulator_names(source) + _opened(lines, (runs, analysed, marked),
+                                                                        Path(own_headers))
+    if not runs.ok:
+        return found                         # it does not compile: the compiler says why
+    found += _differences(runs, analysed, marked)
+    if found:
+        return found
+    tokens = [t for t in marked.tokens if not t.text.startswith("#")]
+    found += [Finding("pragma", t.line, f"`{t.text}`: only '#pragma unroll' is accepted")
+              for t in marked.tokens if t.text.startswith("#") and not re.match(r"#pragma unroll\b", t.text)]
+    seen = set()
+    for t in tokens:
+        if t.text in _ASM and t.line not in seen:
+            seen.add(t.line)
+            spelled = _spelling(lines, t.line, t.text, source)
+            found.append(Finding("asm", t.line, f"inline assembly (`{t.text}`{spelled}) is not accepted: it can "
+                                 "make system calls, and a kernel needs none"))
+    found += _attributes(tokens, lines, source)
+    found += _host_functions(tokens)
+    return sorted(found, key=lambda f: f.line or 0)
+
+
+_COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+
+
+def emulator_names(source: str) -> list[Finding]:
+    """Names of the emulator's own headers in the source (a test of whether it is being emulated, which would
+    let the build that is analysed differ from the one a GPU runs)."""
+    text = _COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), source)
+    return [Finding("detects-grader", text.count("\n", 0, m.start()) + 1, f"`{m.group(0)}` is a name of the "
+                    "grader's emulator: code that tests for it is not accepted (the analysis must see the code a GPU "
+                    "runs)") for m in re.finditer(r"\b(?:__EMU|EMU_|__emu_|emu_)\w*", text)]
+
+
+def device_launches(source: str) -> list[Finding]:
+    """Kernels launched from kernels (`<<<`) and CUDA runtime calls, read from the text (the host compiler
+    cannot even parse `<<<`): dynamic parallelism, whose work would run outside the launch the grader checks
+    and times (nvcc refuses it anyway without -rdc, which the grader never passes, in words a student
+    cannot act on)."""
+    text = _COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), source)
+    found = [Finding("device-launch", text.count("\n", 0, m.start()) + 1, "`<<<`: a kernel launched from a kernel "
+                     "(dynamic parallelism) is not accepted: its work would run outside the launch the grader checks "
+                     "and times; compute your part of the output in this kernel's own threads")
+             for m in re.finditer(r"<<<", text)]
+    found += [Finding("device-launch", text.count("\n", 0, m.start()) + 1, f"`{m.group(1)}`: the CUDA runtime "
+                      "called from a kernel (launches, streams, device-wide synchronisation) is not accepted: a "
+                      "kernel needs none of it") for m in re.finditer(r"\b(cuda[A-Z]\w*)\s*\(", text)]
+    return found
+
+
+def _opened(lines: list[str], views, own_headers: Path) -> list[Finding]:
+    """A file opened from the student's source that the emulator's own headers do not open."""
+    own = os.path.realpath(own_headers) + os.sep
+    found, lines_seen, files_seen = [], set(), set()
+    for view in views:
+        for path in view.opened:
+            if path in view.prelude or path.startswith(own) or path in files_seen:
+                continue
+            files_seen.add(path)
+            line = view.included.get(path)
+            if line in lines_seen:
+                continue                     # what the refused file includes in turn
+            lines_seen.add(line)
+            found.append(Finding("include", line, f"#include opens {os.path.basename(path)}"
+                                 f"{_spelling(lines, line, 'include', '')}: only CUDA, math and stdio headers "
+                                 f"may be included ({INCLUDES_HINT})"))
+    return found
+
+
+def _spelling(lines: list[str], line: int | None, word: str, source: str) -> str:
+    """How `word` came to be on `line` when it is not written there as such."""
+    if not line or line > len(lines):
+        return ""
+    text = lines[line - 1]
+    written = re.search(rf"(?<![\w$]){re.escape(word)}(?![\w$])", text)
+    if word == "include":
+        written = re.match(r"\s*#\s*include", text)
+    if written:
+        return ""
+    if text.rstrip().endswith("\\") or (line > 1 and lines[line - 2].rstrip().endswith("\\")):
+        return ", written across a line splice"
+    if "%:" in text:
+        return ", spelled with a digraph"
+    if "??=" in text:
+        return ", spelled with a trigraph"
+    if "%:%:" in source:
+        return ", built by token pasting with %:%:"
+    if "##" in source:
+        return ", built by token pasting"
+    return ", spelled through a macro"
+
+
+def _differences(runs: View, analysed: View, marked: View) -> list[Finding]:
+    """The analysis build and the grader's reading must see the tokens of the build that runs."""
+    found = []
+    for other, kind, who, why in (
+            (analysed, "detects-analysis", "the grader's analysis",
+             "code that detects the analysis is not accepted: the analysis must see the code that runs"),
+            (marked, "detects-grader", "the grader's reading of it",
+             "code that detects how the grader compiles it is not accepted")):
+        if not other.ok:
+            found.append(Finding(kind, None, f"your source compiles for running but not under {who}: {why}"))
+            continue
+        theirs = [t for t in other.tokens if t.text not in MARKS] if other is marked else other.tokens
+        i = next((i for i, (a, b) in enumerate(zip(runs.tokens, theirs)) if a.text != b.text),
+                 min(len(runs.tokens), len(theirs)))
+        if i == len(runs.tokens) == len(theirs):
+            continue
+        line = (runs.tokens[i] if i < len(runs.tokens) else theirs[i]).line
+        found.append(Finding(kind, line, f"your source compiles differently under {who} (`{_excerpt(theirs, i)}` "
+                             f"where the build that runs reads `{_excerpt(runs.tokens, i)}`): {why}"))
+    return found
+
+
+def _excerpt(tokens: list[Token], i: int) -> str:
+    """Up to three tokens from tokens[i], on its line."""
+    text = " ".join(t.text for t in tokens[i:i + 3] if t.line == tokens[i].line) if i < len(tokens) else ""
+    return (text[:40] + " ...") if len(text) > 40 else (text or "nothing")
+
+
+def _group_end(tokens: list[Token], i: int) -> int:
+    """The index past the bracket group that opens at tokens[i]."""
+    open_, close = tokens[i].text, {"(": ")", "[": "]"}[tokens[i].text]
+    depth = 0
+    for j in range(i, len(tokens)):
+        depth += (tokens[j].text == open_) - (tokens[j].text == close)
+        if depth == 0:
+            return j + 1
+    return len(tokens)
+
+
+def _attribute_groups(tokens: list[Token]):
+    """(start, end) of each `__attribute__((...))` and `[[...]]` in `tokens`."""
+    i = 0
+    while i < len(tokens):
+        t = tokens[i].text
+        if t in ("__attribute__", "__attribute") and i + 1 < len(tokens) and tokens[i + 1].text == "(":
+            end = _group_end(tokens, i + 1)
+            yield i, end
+            i = end
+        elif t == "[" and i + 1 < len(tokens) and tokens[i + 1].text == "[":
+            end = _group_end(tokens, i)
+            yield i, end
+            i = end
+        else:
+            i += 1
+
+
+def _attributes(tokens: list[Token], lines: list[str], source: str) -> list[Finding]:
+    found = []
+    for start, end in _attribute_groups(tokens):
+        for j in range(start + 1, end):
+            name = tokens[j].text.strip("_")
+            line = tokens[j].line
+            if name in _LOAD_TIME:
+                found.append(Finding("load-time-code", line, f"`{name}` attribute: code that runs when the module "
+                                     "is loaded or unloaded is host code, which the grader does not run"))
+            elif name == "section" and [t.text for t in tokens[j + 1:j + 4]] != ["(", _SHARED_SECTION, ")"]:
+                found.append(Finding("load-time-code", line, "`section` attribute: placing code or data in a "
+                                     "section of your choice can make the loader run it; kernels never need it"))
+            elif name.startswith(_SANITIZER):
+                found.append(Finding("sanitizer-attribute", line, f"`{name}` attribute"
+                                     f"{_spelling(lines, line, tokens[j].text, source)}: it hides code from the "
+                                     "grader's analysis (bank conflicts, races, out-of-bounds accesses), which "
+                                     "must see every memory access"))
+    return found
+
+
+def _without_attributes(tokens: list[Token]) -> list[Token]:
+    out, last = [], 0
+    for start, end in _attribute_groups(tokens):
+        out += tokens[last:start]
+        last = end
+    return out + tokens[last:]
+
+
+def _host_functions(tokens: list[Token]) -> list[Finding]:
+    """Function definitions at namespace or class scope without __device__ or __global__."""
+    found = []
+    stack: list[str] = []          # "ns" (namespace, extern "C"), "class", "skip" (a body or an initializer)
+    head: list[Token] = []         # the tokens since the last ; { or } of this scope
+    for tok in tokens:
+        t = tok.text
+        inside = stack[-1] if stack else "ns"
+        if t == "{":
+            if inside == "skip":
+                stack.append("skip")
+            else:
+                kind = _scope(_without_attributes(head))
+                if kind == "function" and not MARKS & {h.text for h in head}:
+                    found.append(Finding("host-function", head[0].line, f"`{_function_name(head)}` is a host "
+                                         "function (defined without __device__ or __global__): the grader runs "
+                                         "device code only"))
+                stack.append(kind if kind in ("ns", "class") else "skip")
+            head = []
+        elif t == "}":
+            if stack:
+                stack.pop()
+            head = []
+        elif inside != "skip":
+            if t == ";" or (t == ":" and inside == "class" and head
+                            and head[-1].text in ("public", "private", "protected")):
+                head = []
+            else:
+                head.append(tok)
+    return found
+
+
+def _scope(head: list[Token]) -> str:
+    """What the `{` after `head` opens: "ns", "class", "function" or "other"."""
+    texts = [h.text for h in head]
+    if (len(texts) == 2 and texts[0] == "extern" and texts[1].startswith('"')) or "namespace" in texts[:2]:
+        return "ns"
+    if "(" in texts and "=" not in texts[:texts.index("(")] and texts[-1] != "=" and texts[0] not in _CLASS_KEYS:
+        return "function"
+    if _CLASS_KEYS & set(texts) and "=" not in texts:
+        return "class"
+    return "other"
+
+
+def _function_name(head: list[Token]) -> str:
+    texts = [h.text for h in _without_attributes(head)]
+    for i, t in enumerate(texts[:-1]):
+        if texts[i + 1] == "(" and re.match(r"[\w$]", t) and t not in _NOT_NAMES and t not in MARKS:
+            j = i - 1 if i and texts[i - 1] == "~" else i
+            while j >= 2 and texts[j - 1] == "::":
+                j -= 2
+            return "".join(texts[j:i + 1])
+    return " ".join(texts)[:40]
+
+
+# ---- nvcc's compile (a cubin: nothing of it runs in this process) --------------------------------
+
+def outside(dependencies: str, folder: str, roots: list[str]) -> list[str]:
+    """The files of a make-style dependency list (nvcc -MD, written in `folder`) under none of `roots`."""
+    files = re.split(r":(?:\s|$)", dependencies.replace("\\\n", " "), maxsplit=1)[-1]      # after "target:"
+    paths = [_real(folder, n.replace("\\ ", " ")) for n in re.split(r"(?<!\\)\s+", files.strip()) if n]
+    prefixes = tuple(os.path.realpath(r) + os.sep for r in roots)
+    return [p for p in paths if not p.startswith(prefixes)]
+
+
+# ---- the compiled module -------------------------------------------------------------------------
 
 _MATH = ("sin cos tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh exp exp2 exp10 expm1 log log2 log10 "
          "log1p logb ilogb pow sqrt cbrt hypot fabs fmin fmax fma fmod remainder remquo floor ceil round trunc "
@@ -52,147 +470,6 @@ ALLOWED_SYMBOLS = frozenset(
     [f"__isoc23_{f}" for f in ("strtol", "strtoul", "strtoll", "strtoull", "strtoimax", "strtoumax")])
 ALLOWED_PREFIXES = ("__emu_", "emu_", "__asan_", "_ZN3emu", "_Unwind_")
 _ATOMIC = re.compile(r"^_Z\d+atomic\w*$")
-
-
-class Refused(Exception):
-    """The source or its build is refused; the message says what and why."""
-
-
-def _blank(text: str) -> str:
-    """Comments, string and character literals replaced by spaces (newlines kept)."""
-    out = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out.append(" " * (j - i))
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append(re.sub(r"[^\n]", " ", text[i:j]))
-            i = j
-        elif c in "\"'":
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            j = min(j + 1, n)
-            out.append(c + " " * max(0, j - i - 2) + (c if j - i >= 2 else ""))
-            i = j
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
-
-
-def _line(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
-
-
-_TRANSPARENT = re.compile(r'^\s*(extern\s*"\s*"|namespace\b[\w\s:]*)\s*$')
-_NOT_NAMES = {"__attribute__", "__declspec", "alignas", "__align__", "decltype", "__launch_bounds__"}
-_CLASS = re.compile(r"\b(struct|class|union|enum)\b")
-
-
-def source_refusals(source: str) -> list[str]:
-    """Why `source` is refused (empty when it is device code only), one line per finding."""
-    found: list[str] = []
-    raw_lines = source.splitlines()
-    text = _blank(source)
-    for m in re.finditer(r"^[ \t]*#[ \t]*(\w+)(.*)$", text, re.M):
-        directive, rest = m.group(1), m.group(2)
-        line = _line(text, m.start())
-        if directive == "include":
-            name = re.search(r"[<\"]\s*([^>\"]*?)\s*[>\"]", raw_lines[line - 1])
-            header = name.group(1) if name else rest.strip()
-            if header not in ALLOWED_INCLUDES:
-                found.append(f"line {line}: #include <{header}>: only CUDA and math headers may be included "
-                             "(cuda_pipeline.h, math_constants.h, cmath, cstdint, ...)")
-        elif directive == "pragma" and not re.match(r"\s*unroll\b", rest):
-            found.append(f"line {line}: #pragma{rest}: only '#pragma unroll' is accepted")
-        if "##" in m.group(0):
-            found.append(f"line {line}: token pasting (##): kernels do not need it, and it can spell what is refused")
-    for m in re.finditer(r"\b(asm|__asm|__asm__)\b", text):
-        found.append(f"line {_line(text, m.start())}: `{m.group(1)}`: inline assembly is not accepted (it can "
-                     "make system calls; a kernel needs none)")
-    for m in re.finditer(r"\b(constructor|destructor|init_priority)\b", text):
-        if re.search(r"(__attribute__\s*\(\(|\[\[)[^;{}]*$", text[max(0, m.start() - 200):m.start()]):
-            found.append(f"line {_line(text, m.start())}: `{m.group(1)}` attribute: code that runs when the "
-                         "module is loaded or unloaded is host code, which the grader does not run")
-    found += _host_functions(text)
-    return found + device_launch_refusals(source)
-
-
-def device_launch_refusals(source: str) -> list[str]:
-    """Kernel launches and CUDA runtime calls in `source`, one line per finding."""
-    text = _blank(source)
-    found = [f"line {_line(text, m.start())}: `<<<`: a kernel launched from a kernel (dynamic parallelism) is not "
-             "accepted: its work would run outside the launch the grader checks and times; compute your part of "
-             "the output in this kernel's own threads" for m in re.finditer(r"<<<", text)]
-    found += [f"line {_line(text, m.start())}: `{m.group(1)}`: the CUDA runtime called from a kernel (launches, "
-              "streams, device-wide synchronisation) is not accepted: a kernel needs none of it"
-              for m in re.finditer(r"\b(cuda[A-Z]\w*)\s*\(", text)]
-    return found
-
-
-def check_device_launches(source: str) -> None:
-    """Refused when `source` launches kernels or calls the CUDA runtime from device code."""
-    problems = device_launch_refusals(source)
-    if problems:
-        raise Refused("the grader refuses this source:\n" + "\n".join(f"kernel.cu:{p[5:]}" for p in problems))
-
-
-def _host_functions(text: str) -> list[str]:
-    """Function definitions at namespace or class scope without __device__ or __global__."""
-    found = []
-    code = re.sub(r"^[ \t]*#.*$", lambda m: " " * len(m.group(0)), text, flags=re.M)
-    stack: list[str] = []          # "ns" (namespace, extern "C"), "class", "skip" (a body or an initializer)
-    head_start = 0
-    i, n = 0, len(code)
-    while i < n:
-        c = code[i]
-        inside = stack[-1] if stack else "ns"
-        if c == "{":
-            if inside == "skip":
-                stack.append("skip")
-            else:
-                head = code[head_start:i]
-                flat = " ".join(head.split())
-                if _TRANSPARENT.match(flat):
-                    stack.append("ns")
-                elif "(" in flat and not flat.rstrip().endswith("=") and "=" not in flat.split("(")[0] \
-                        and not _CLASS.match(flat.strip()):
-                    if not re.search(r"\b(__device__|__global__)\b", flat):
-                        name = [w for w in re.findall(r"([~\w:]+)\s*\(", flat) if w not in _NOT_NAMES]
-                        what = name[0] if name else flat[:40]
-                        found.append(f"line {_line(code, head_start + len(head) - len(head.lstrip()))}: "
-                                     f"`{what}` is a host function (defined without __device__ or __global__): "
-                                     "the grader runs device code only")
-                    stack.append("skip")
-                elif _CLASS.search(flat) and "=" not in flat:
-                    stack.append("class")
-                else:
-                    stack.append("skip")
-            head_start = i + 1
-        elif c == "}":
-            if stack:
-                stack.pop()
-            head_start = i + 1
-        elif c == ";" and inside != "skip":
-            head_start = i + 1
-        elif c == ":" and inside == "class" and re.search(r"\b(public|private|protected)\s*$", code[head_start:i]):
-            head_start = i + 1
-        i += 1
-    return found
-
-
-def check_source(source: str) -> None:
-    problems = source_refusals(source)
-    if problems:
-        raise Refused("the grader refuses this source (it only runs device code on the CPU emulator):\n"
-                      + "\n".join(f"kernel.cu:{p[5:]}" if p.startswith("line ") else p for p in problems))
 
 
 def imported_symbols(library: Path) -> list[str]:
@@ -240,6 +517,6 @@ def check_library(library: Path, baseline: frozenset = frozenset()) -> None:
     """Refused unless every symbol the module imports is allowed here or imported by the baseline's build."""
     bad = [s for s in imported_symbols(library) if not symbol_allowed(s) and s not in baseline]
     if bad:
-        raise Refused("the grader refuses this source: the compiled module calls functions a kernel never "
-                      f"needs ({', '.join(bad[:12])}): only the emulator runtime and the math library are "
-                      "allowed")
+        finding = Finding("imports", None, f"the compiled module calls functions a kernel never needs "
+                          f"({', '.join(bad[:12])}): only the emulator runtime and the math library are allowed")
+        raise Refused(refusal_text([finding]), [finding])

@@ -31,7 +31,7 @@ import os
 from grader.grading import host_functions, registry
 from grader.grading.checks.common import DID_NOT_FINISH, new_seed
 from grader.grading.isolation import run_check
-from grader.grading.report import FAILED, NOT_GRADED, CheckReport, CheckResult
+from grader.grading.report import FAILED, GRADER_ERROR, NOT_GRADED, CheckReport, CheckResult
 from grader.platform import backend
 
 _CACHE: dict[tuple[str, str, str], CheckResult] = {}
@@ -108,10 +108,10 @@ def check(exercise: str, submission, checks: list[str] | tuple[str, ...] | str |
                                        details={"did_not_finish": True}))
             continue
         result = run_check(ex.id, name, text, seed=run_seed, timeout=timeout, backend_name=chosen.name)
-        compile_failed = compile_failed or (name == "compiles" and not result.passed)
+        compile_failed = compile_failed or (name == "compiles" and result.status == FAILED)
         if result.details.get("did_not_finish"):
             _UNFINISHED[(ex.id, digest)] = name
-        if seed is None:
+        if seed is None and result.status != GRADER_ERROR:      # the grader's failure may not happen again
             _CACHE[key] = result
         results.append(result)
     return CheckReport(ex.id, results, chosen.name)

@@ -28,6 +28,7 @@ import textwrap
 import types
 
 SUBMISSION_FILE = "<your host function>"
+EMULATED_PYCUDA = "grader.emulator.pycuda"
 
 
 class NotSendable(TypeError):
@@ -42,10 +43,18 @@ def _global_names(code: types.CodeType) -> set[str]:
     return names
 
 
+def _public(module: str) -> str:
+    """The name code imports a module by: the emulator installed as `pycuda` is `pycuda` (in the process
+    that runs a student's function, `pycuda` is the grading process's device)."""
+    return "pycuda" + module[len(EMULATED_PYCUDA):] if module.startswith(EMULATED_PYCUDA) else module
+
+
 def _importable(obj) -> tuple[str, str] | None:
     module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
     if not module or not name or module == "__main__" or "." in name:
         return None
+    if module.startswith(EMULATED_PYCUDA):
+        return _public(module), name
     try:
         found = getattr(importlib.import_module(module), name, None)
     except ImportError:
@@ -75,8 +84,8 @@ def function_source(function) -> str:
             seen.add(name)
             value = fn.__globals__[name]
             if isinstance(value, types.ModuleType):
-                head.append(f"import {value.__name__}" if value.__name__ == name
-                            else f"import {value.__name__} as {name}")
+                module = _public(value.__name__)
+                head.append(f"import {module}" if module == name else f"import {module} as {name}")
             elif value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
                 head.append(f"{name} = {value!r}")
             elif (where := _importable(value)) is not None:

@@ -32,7 +32,6 @@ import resource
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import traceback
@@ -41,8 +40,9 @@ import warnings
 import numpy as np
 
 from grader import emulator
-from grader.emulator import build
+from grader.emulator import build, policy
 from grader.grading import registry
+from grader.grading.checks import host_calls
 from grader.grading.checks.common import (
     DID_NOT_FINISH,
     HANG_FACTOR,
@@ -56,7 +56,7 @@ from grader.grading.checks.common import (
 from grader.grading.protocol import Context
 from grader.grading.report import FAILED, CheckResult
 from grader.kernels import timing
-from grader.platform import COURSE_ROOT, backend, sandbox, settings
+from grader.platform import COURSE_ROOT, backend, interpreter, sandbox, settings
 from grader.platform.settings import Settings
 
 ROOT = COURSE_ROOT           # the folder holding the grader package
@@ -116,18 +116,6 @@ def trusted_runtime() -> tuple[str, str]:
     return _runtime
 
 
-def import_path() -> list[str]:
-    """Where this process imports from, as a grading process should: the grader's own folder first,
-    then every absolute folder of sys.path (site-packages, a venv, --user, PYTHONPATH installs), not the
-    working folder."""
-    cwd = os.getcwd()
-    found = [str(ROOT)]
-    for p in sys.path:
-        if p and os.path.isabs(p) and os.path.isdir(p) and p != cwd and p not in found:
-            found.append(p)
-    return found
-
-
 # ---- the parent's side ----------------------------------------------------------------------
 def run_check(exercise: str, check: str, submission: str, seed: int | None = None, timeout: float | None = None,
               backend_name: str | None = None) -> CheckResult:
@@ -145,12 +133,21 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
         return outcome
     meta, arrays, output = outcome
     result = spec.judge((meta, arrays), seed, ctx)
+    attempts = attempted(result.message)
+    if attempts:
+        result.details["refused"] = attempts         # listed for the instructor by autograde and regrade
     if meta.get("_stopped"):
         result.details["did_not_finish"] = True
     result.details.setdefault("backend", chosen)
     if output:
         result.output = ((result.output + "\n" + output).strip() if result.output else output)[-OUTPUT_KEPT:]
     return result
+
+
+def attempted(message: str) -> list[str]:
+    """What a result says the submission tried and was refused for (the source policy's kinds, an import
+    of the grader's answers): [] for an honest submission."""
+    return sorted(set(policy.refusal_kinds(message) + (["reaches-answers"] if host_calls.REACHES in message else [])))
 
 
 _budgets: dict[tuple, dict] = {}
@@ -183,7 +180,7 @@ def _collect(exercise: str, spec, submission: str, seed: int, job_settings: Sett
                    PYCUDA_CACHE_DIR=os.path.join(job_settings.emulator_cache, "pycuda"))
         read_fd, write_fd = os.pipe()
         job = {"exercise": exercise, "check": None if spec is None else spec.name, "submission": submission, "seed": seed,
-               "settings": job_settings.to_dict(), "budgets": budgets, "measure": measure, "path": import_path(),
+               "settings": job_settings.to_dict(), "budgets": budgets, "measure": measure, "path": interpreter.import_path(),
                "runtime": trusted_runtime(), "result_fd": write_fd, "launch_timeout": max(5.0, timeout * 0.8),
                "cpu_seconds": timeout + 60}
         writable = [tmp, job_settings.emulator_cache]
@@ -244,7 +241,7 @@ def _outcome(name: str, hang_hint: str, data: bytes, out: str, code: int, timed_
         code = 128 - code
     if code == -signal.SIGSYS:                   # grader.platform.sandbox.forbid_new_programs
         return CheckResult(name, FAILED, f"the grading process was stopped: your kernel made {sandbox.FORBIDDEN}",
-                           0.0, details={"attempt": "forbidden system call"}, output=out[-4000:])
+                           0.0, details={"refused": ["forbidden-system-call"]}, output=out[-4000:])
     if code == -signal.SIGALRM:                  # a GPU launch past its budget (checks.common.launch_budget)
         return CheckResult(name, FAILED, f"{DID_NOT_FINISH}: a launch ran past its budget on the GPU "
                            f"({HANG_FACTOR} x the reference kernel's time on the same launch, at least "
@@ -269,19 +266,8 @@ def _read_all(fd: int, chunks: list) -> None:
 
 
 # ---- the grading process's side -----------------------------------------------------------------
-_BOOT = ("import json, site, sys\n"
-         "job = json.loads(sys.stdin.readline())\n"
-         "for p in reversed(job['path']):\n"
-         "    site.addsitedir(p) if p.endswith(('site-packages', 'dist-packages')) else None\n"
-         "    sys.path.insert(0, p) if p not in sys.path else None\n"
-         "from grader.grading.isolation import child\n"
-         "sys.exit(child(job))\n")
-
-
 def child_command() -> list[str]:
-    """`python -I`: no PYTHON* variables, no user site-packages, not the working folder; the import
-    path comes with the job."""
-    return [sys.executable, "-I", "-c", _BOOT]
+    return interpreter.command("grader.grading.isolation", "child")
 
 
 def _apply_limits(cpu_seconds: float, gpu: bool = False) -> list[str]:

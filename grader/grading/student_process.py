@@ -1,242 +1,257 @@
-"""A student's Python function, run in a process of its own.
+"""A student's Python function, run in a process of its own, its device calls done by the grader.
 
-A grading process that ran a student's Python itself could be told what to
-answer: the code shares its memory and its result pipe (a function that
-wrote "passed" on that pipe and exited was graded as passed). So the grading
-process keeps the check and the verdict, and `load(source, name)` gives it a
-stand-in for the student's function: each call sends the arguments to the
-student's process and brings back the return value or the exception. Values
-cross as JSON, never pickled: numbers, strings, bytes, lists, tuples, dicts,
-numpy arrays and scalars, the grader's dataclasses (to the student only);
-anything else comes back as an opaque stand-in with its type's name and its
-repr. Functions passed as arguments (autotuning's check_fn, time_fn) stay in
-the grading process and are called back. What the grading process watches
-during a call (grader.kernels.host_log.recording, grader.kernels.transfers.count_dtoh) is
-watched in the student's process and added to what it watches.
+A grading process that ran a student's Python itself could be told what to answer: the code
+would share its memory and its result pipe. So the grading process keeps the check, and
+`load(source, name)` gives it a stand-in for the student's function: each call sends the
+arguments to the student's process and brings back the return value or the exception
+(values as data: grader.platform.wire). Functions passed as arguments (autotuning's check_fn,
+time_fn) stay here and are called back.
 
-The student's process is a fresh interpreter (`python -E -s`) with its own
-temporary folder and build cache, in a bubblewrap sandbox of its own where
-one can be made (only that folder writable, its own process namespace: the
-grading process is out of its sight). The grading process makes itself
-non-dumpable first, so that even without bubblewrap neither ptrace nor
+The student's process has no device of its own: its `pycuda` is grader.platform.remote, which
+sends every device call here, where DeviceServer does it with this process's backend (the GPU,
+or the emulator under its source policy). So what the checks watch (launches, copies, events:
+grader.kernels.host_log) is recorded here, outside the student's reach.
+
+The student's process is `python -I` with its own temporary folder, in a sandbox of its own
+where one can be made. This process makes itself non-dumpable first, so that neither ptrace nor
 /proc/PID/fd gives the student's process a way into it.
 """
 from __future__ import annotations
 
 import atexit
-import base64
-import builtins
 import contextlib
 import ctypes
-import dataclasses
 import importlib
-import io
 import json
 import os
+import re
 import shutil
-import struct
 import subprocess
-import sys
 import tempfile
 import traceback
 
 import numpy as np
 
 from grader.grading.host_functions import load_function
-from grader.kernels import host_log, transfers
-from grader.platform import COURSE_ROOT, sandbox
-from grader.platform.backend import drivers
+from grader.platform import backend, interpreter, remote, sandbox, wire
+from grader.platform.wire import ProcessEnded, StudentException
 
-ROOT = str(COURSE_ROOT)
-MAX_MESSAGE = 256 << 20          # bytes: a larger answer is not read
-
-
-class StudentException(Exception):
-    """Base of the exceptions the student's function raised, remade here under their own names."""
-
-
-class ProcessEnded(StudentException, RuntimeError):
-    """The student's process ended (or sent something unreadable) before answering."""
-
-
-def raised(type_name: str, message: str) -> StudentException:
-    """An exception of the student's type name; a subclass of the built-in of that name where there is one
-    (so that `except NotImplementedError` still matches)."""
-    base = getattr(builtins, type_name, None)
-    namespace = {"__str__": lambda self: message}
-    if isinstance(base, type) and issubclass(base, Exception):
-        with contextlib.suppress(TypeError):       # a built-in whose constructor wants more (UnicodeDecodeError)
-            return type(type_name[:100], (StudentException, base), namespace)(message)
-    return type(type_name[:100], (StudentException,), namespace)(message)
-
-
-class Opaque:
-    """A value of the student's that does not cross as data: its type's name and repr only."""
-
-    def __init__(self, text: str):
-        self._text = text
-
-    def __repr__(self) -> str:
-        return self._text
+# What a host function of the labs may ask of PyCUDA, by module and by kind of device object.
+MODULE_CALLS = {
+    "driver": {"mem_alloc", "mem_get_info", "memcpy_htod", "memcpy_dtoh", "memcpy_dtod", "memcpy_htod_async",
+               "memcpy_dtoh_async", "memcpy_dtod_async", "memset_d8", "memset_d16", "memset_d32", "to_device",
+               "from_device", "from_device_like", "Event", "Stream", "Device", "Context.synchronize",
+               "Context.get_device"},
+    "compiler": {"SourceModule"},
+    "gpuarray": {"to_gpu", "to_gpu_async", "empty", "zeros", "empty_like", "zeros_like", "arange", "GPUArray"},
+}
+_ARITHMETIC = {"__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+               "__neg__", "__iadd__", "__isub__", "__imul__", "__itruediv__"}
+KIND_ATTRIBUTES = {
+    "DeviceAllocation": {"free", "__int__", "__index__"},
+    "Module": {"get_function", "get_global"},
+    "Function": {"__call__", "prepare", "prepared_call", "prepared_timed_call", "prepared_async_call", "get_attribute",
+                 "set_cache_config", "num_regs", "shared_size_bytes", "local_size_bytes", "const_size_bytes",
+                 "max_threads_per_block"},
+    "Event": {"record", "synchronize", "query", "time_since", "time_till"},
+    "Stream": {"synchronize", "is_done"},
+    "Device": {"name", "compute_capability", "get_attribute", "total_memory", "pci_bus_id"},
+    "GPUArray": {"get", "set", "get_async", "set_async", "fill", "copy", "astype", "reshape", "ravel", "view",
+                 "transpose", "__len__", "__getitem__", "__setitem__", "gpudata", "ptr", "shape", "dtype", "size",
+                 "nbytes", "strides", "ndim", "mem_size", "T", "sum", "min", "max"} | _ARITHMETIC,
+}
+WRITES_ARRAYS = {"memcpy_dtoh", "memcpy_dtoh_async", "get", "get_async"}     # calls that fill a host array argument
+# SourceModule options a graded host function may give (no -I, no other compiler, no keep/cache folders).
+SAFE_OPTION = re.compile(r"^(-D\w+(=[\w.+-]*)?|-U\w+|-maxrregcount(=\d+)?|\d+|--use_fast_math|-use_fast_math|"
+                         r"-lineinfo|-O[0-3]|--ptxas-options=-v|-Xptxas|-v)$")
 
 
-# ---- values as JSON ----------------------------------------------------------------------------
-def _npy(array: np.ndarray) -> str:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return base64.b64encode(buffer.getvalue()).decode()
+class NotSupported(Exception):
+    pass
 
 
-def _from_npy(text: str) -> np.ndarray:
-    return np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False)
+class DeviceServer:
+    """Does the device calls of a student's process with this process's backend, holding the objects."""
 
+    def __init__(self):
+        self.driver, self.source_module = backend.drivers()
+        self.gpuarray = importlib.import_module("pycuda.gpuarray")     # the backend's PyCUDA (real or emulated)
+        self.emulated = bool(getattr(self.driver, "EMULATED", False))
+        self.objects: dict[int, tuple[object, str]] = {}
 
-def encode(value, callbacks: dict | None = None):
-    """`value` as JSON-able data; functions become callback numbers in `callbacks` (None: opaque)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        items = [encode(v, callbacks) for v in value]
-        return items if isinstance(value, list) else {"$t": "tuple", "items": items}
-    if isinstance(value, dict):
-        return {"$t": "dict", "items": [[encode(k, callbacks), encode(v, callbacks)] for k, v in value.items()]}
-    if isinstance(value, np.ndarray) and value.dtype != object:
-        return {"$t": "ndarray", "npy": _npy(value)}
-    if isinstance(value, np.generic) and not isinstance(value, np.object_):
-        return {"$t": "scalar", "npy": _npy(np.asarray(value))}
-    if isinstance(value, bytes):
-        return {"$t": "bytes", "b64": base64.b64encode(value).decode()}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        cls = type(value)
-        return {"$t": "dataclass", "class": f"{cls.__module__}:{cls.__qualname__}",
-                "fields": {f.name: encode(getattr(value, f.name), callbacks) for f in dataclasses.fields(value)}}
-    if callable(value) and not isinstance(value, type) and callbacks is not None:
-        callbacks[len(callbacks)] = value
-        return {"$t": "callback", "id": len(callbacks) - 1}
-    try:
-        text = repr(value)[:2000]
-    except Exception:                 # the student's __repr__
-        text = "<unprintable>"
-    return {"$t": "opaque", "type": type(value).__name__[:100], "repr": text,
-            "gpudata": hasattr(value, "gpudata")}
-
-
-def decode(data, call_back=None, trusted: bool = False):
-    """The value `data` encodes. A callback becomes a function that calls `call_back(id, args, kwargs)`;
-    dataclasses are remade only from `trusted` data (what the grader sent), else they are opaque."""
-    def walk(x):
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        if not isinstance(x, dict):
-            return x
-        tag = x.get("$t")
-        if tag == "tuple":
-            return tuple(walk(v) for v in x["items"])
-        if tag == "dict":
-            return {walk(k): walk(v) for k, v in x["items"]}
-        if tag == "ndarray":
-            return _from_npy(x["npy"])
-        if tag == "scalar":
-            return _from_npy(x["npy"])[()]
-        if tag == "bytes":
-            return base64.b64decode(x["b64"])
-        if tag == "callback" and call_back is not None:
-            number = int(x["id"])
-            return lambda *args, **kwargs: call_back(number, args, kwargs)
-        if tag == "dataclass" and trusted:
-            module, _, name = x["class"].partition(":")
-            return getattr(importlib.import_module(module), name)(**{k: walk(v) for k, v in x["fields"].items()})
-        if tag == "dataclass":
-            return Opaque(f"<{x['class']}>")
-        stand_in = type(str(x.get("type", "object")), (Opaque,), {})(str(x.get("repr", "")))
-        if x.get("gpudata"):
-            stand_in.gpudata = None
-        return stand_in
-    return walk(data)
-
-
-# ---- messages on a pipe: 8-byte length, then JSON ------------------------------------------------
-def _send(stream, message: dict) -> None:
-    data = json.dumps(message).encode()
-    stream.write(struct.pack("<Q", len(data)) + data)
-    stream.flush()
-
-
-def _receive(stream) -> dict | None:
-    head = stream.read(8)
-    if len(head) < 8:
+    # ---- kinds of device object
+    def kind(self, value) -> str | None:
+        d = self.driver
+        for kind, cls in (("DeviceAllocation", getattr(d, "DeviceAllocation", None)), ("Function", d.Function),
+                          ("Event", d.Event), ("Stream", d.Stream), ("Device", d.Device),
+                          ("GPUArray", self.gpuarray.GPUArray)):
+            if cls is not None and isinstance(value, cls):
+                return kind
+        if callable(getattr(value, "get_function", None)):
+            return "Module"
         return None
-    size = struct.unpack("<Q", head)[0]
-    if size > MAX_MESSAGE:
-        raise ValueError(f"an answer of {size} bytes (at most {MAX_MESSAGE} are read)")
-    data = stream.read(size)
-    if len(data) < size:
+
+    def _handle(self, value, kind: str) -> dict:
+        number = len(self.objects)
+        self.objects[number] = (value, kind)
+        info = {}
+        if kind == "DeviceAllocation":
+            info = {"int": int(value)}
+        elif kind == "GPUArray":
+            info = {"shape": tuple(value.shape), "dtype": value.dtype, "size": int(value.size),
+                    "nbytes": int(value.nbytes), "strides": tuple(value.strides), "ndim": len(value.shape)}
+        return {"$t": "handle", "id": number, "kind": kind, "info": wire.encode(info, special=self._encode)}
+
+    def _encode(self, value):
+        if isinstance(value, _Method):
+            return {"$t": "method", "id": value.handle, "attr": value.attr}
+        kind = self.kind(value)
+        return self._handle(value, kind) if kind else None
+
+    # ---- one request
+    def answer(self, request: dict) -> dict:
+        try:
+            value, outs = self._do(request)
+            return {"op": "device-result", "value": wire.encode(value, special=self._encode), "outs": outs}
+        except Exception as e:      # the device's or the arguments' fault: the student's code sees it, by name
+            return {"op": "raise", "type": type(e).__name__, "message": str(e)}
+
+    def _do(self, request: dict):
+        target, attr = request.get("target") or {}, str(request.get("attr"))
+        if "module" in target:
+            module = str(target["module"])
+            if attr not in MODULE_CALLS.get(module, ()):
+                raise NotSupported(f"pycuda.{module}.{attr} is not available to a graded host function")
+            owner = {"driver": self.driver, "compiler": None, "gpuarray": self.gpuarray}[module]
+            function = self._compile if attr == "SourceModule" else _dotted(owner, attr)
+        else:
+            owner, kind = self.objects[int(target["handle"])]
+            if attr not in KIND_ATTRIBUTES.get(kind, ()):
+                raise NotSupported(f"{kind}.{attr} is not available to a graded host function")
+            function = owner if attr == "__call__" else getattr(owner, attr)
+            if not request.get("call"):
+                if callable(function) and self.kind(function) is None:
+                    return _Method(int(target["handle"]), attr), []
+                return function, []
+        arrays: dict[int, np.ndarray] = {}
+        args = wire.decode(request.get("args", []), special=lambda t, x, w: self._argument(t, x, arrays))
+        kwargs = wire.decode(request.get("kwargs", {}), special=lambda t, x, w: self._argument(t, x, arrays))
+        value = function(*args, **dict(kwargs))
+        writes = attr in WRITES_ARRAYS or attr == "__call__" or attr.startswith("prepared")
+        outs = [[i, wire.npy(a)] for i, a in arrays.items() if writes or isinstance(a, _Written)]
+        return value, outs
+
+    def _argument(self, tag: str, item: dict, arrays: dict):
+        if tag == "handle":
+            return self.objects[int(item["id"])][0]
+        if tag == "ndarray" and "index" in item:
+            array = wire.from_npy(item["npy"]).copy()
+            arrays[int(item["index"])] = array
+            return array
+        if tag == "inout":
+            array = wire.from_npy(item["npy"]).copy().view(_Written if item["kind"] != "In" else np.ndarray)
+            arrays[int(item["index"])] = array
+            return getattr(self.driver, {"In": "In", "Out": "Out", "InOut": "InOut"}[item["kind"]])(array)
+        if tag == "enum":
+            name = str(item["name"])
+            if item.get("kind") not in ("device_attribute", "function_attribute") or not name.isidentifier() \
+                    or name.startswith("_"):
+                raise NotSupported(f"{item.get('kind')}.{name} is not available to a graded host function")
+            return getattr(getattr(self.driver, item["kind"]), name)
         return None
-    message = json.loads(data)
-    if not isinstance(message, dict):
-        raise ValueError("not a message")
-    return message
+
+    def _compile(self, source, *args, **kwargs):
+        """SourceModule, with only options that cannot run another program or read other files."""
+        options = list(kwargs.pop("options", None) or (args[1] if len(args) > 1 else []))
+        extra = set(kwargs) - {"no_extern_c", "arch"}
+        if extra or len(args) > 2 or not isinstance(source, str):
+            raise NotSupported(f"SourceModule({', '.join(sorted(extra)) or '...'}) is not available to a graded "
+                               "host function: pass the source and options=[...] (-D, -U, -maxrregcount) only")
+        bad = [o for o in options if not isinstance(o, str) or not SAFE_OPTION.match(o)]
+        if bad:
+            raise NotSupported(f"SourceModule option {bad[0]!r} is not available to a graded host function")
+        return self.source_module(source, options=options, **kwargs)
 
 
-# ---- the grading process's side ----------------------------------------------------------------
+class _Method:
+    """A method of a device object, called later (obj.get_function, then its call)."""
+
+    def __init__(self, handle: int, attr: str):
+        self.handle, self.attr = handle, attr
+
+
+class _Written(np.ndarray):
+    """A host array a launch writes into (drv.Out, drv.InOut): sent back after the call."""
+
+
+def _dotted(owner, path: str):
+    for part in path.split("."):
+        owner = getattr(owner, part)
+    return owner
+
+
 def _not_dumpable() -> None:
     """Neither ptrace nor /proc/PID/fd of this process for other processes of this user (Linux)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)      # PR_SET_DUMPABLE = 4
 
 
+# ---- the grading process's side ----------------------------------------------------------------
 class RemoteFunction:
     """The student's function, called in the student's process."""
 
     def __init__(self):
         _not_dumpable()
+        self.device = DeviceServer()
         self.folder = tempfile.mkdtemp(prefix="student-")
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        env = dict(os.environ, TMPDIR=self.folder, GRADER_EMULATOR_CACHE=os.path.join(self.folder, "cache"),
-                   MPLCONFIGDIR=os.path.join(self.folder, "matplotlib"))
-        command = [sys.executable, "-E", "-s", "-c",
-                   f"import sys; sys.path.insert(0, {ROOT!r}); from grader.grading.student_process import _serve; "
-                   f"sys.exit(_serve({to_child_r}, {from_child_w}))"]
+        env = {"PATH": os.environ.get("PATH") or os.defpath, "TMPDIR": self.folder, "HOME": self.folder,
+               "MPLCONFIGDIR": os.path.join(self.folder, "matplotlib"), "MPLBACKEND": "Agg",
+               "CUDA_VISIBLE_DEVICES": ""}          # no GPU: its device calls are this process's
+        job = {"path": interpreter.import_path(), "requests": to_child_r, "answers": from_child_w,
+               "emulated": self.device.emulated}
         try:
-            self.process = subprocess.Popen(sandbox.wrap(command, [self.folder], self.folder), env=env,
-                                            cwd=self.folder, stdin=subprocess.DEVNULL,
+            self.process = subprocess.Popen(sandbox.wrap(interpreter.command(__name__, "serve"), [self.folder],
+                                                         self.folder),
+                                            env=env, cwd=self.folder, stdin=subprocess.PIPE, text=True,
                                             pass_fds=(to_child_r, from_child_w))
         finally:
             os.close(to_child_r)
             os.close(from_child_w)
+        self.process.stdin.write(json.dumps(job) + "\n")
+        self.process.stdin.close()
         self.to_child = os.fdopen(to_child_w, "wb")
         self.from_child = os.fdopen(from_child_r, "rb")
         self.ended: str | None = None
 
     def __call__(self, *args, **kwargs):
-        watch = [w for w, active in (("host-log", host_log.current_log()), ("dtoh", transfers.current()))
-                 if active is not None]
         callbacks: dict = {}
-        message = {"op": "call", "args": encode(list(args), callbacks), "kwargs": encode(kwargs, callbacks),
-                   "watch": watch}
+        message = {"op": "call", "args": wire.encode(list(args), callbacks), "kwargs": wire.encode(kwargs, callbacks)}
         return self._exchange(message, callbacks)
 
     def _exchange(self, message: dict, callbacks: dict):
         if self.ended:
             raise ProcessEnded(self.ended)
         try:
-            _send(self.to_child, message)
+            wire.send(self.to_child, message)
             while True:
-                answer = _receive(self.from_child)
+                answer = wire.receive(self.from_child)
                 if answer is None:
                     break
-                if answer.get("op") == "callback":
-                    _send(self.to_child, self._call_back(callbacks, answer))
-                    continue
-                self._add_watched(answer.get("watched") or {})
-                if answer.get("op") == "return":
-                    return decode(answer.get("value"))
-                if answer.get("op") == "raise":
-                    raise raised(str(answer.get("type")), str(answer.get("message")))
-                if answer.get("op") == "loaded":
+                op = answer.get("op")
+                if op == "device":
+                    wire.send(self.to_child, self.device.answer(answer))
+                elif op == "callback":
+                    wire.send(self.to_child, self._call_back(callbacks, answer))
+                elif op == "return":
+                    return wire.decode(answer.get("value"))
+                elif op == "raise":
+                    raise wire.raised(str(answer.get("type")), str(answer.get("message")))
+                elif op == "loaded":
                     return None
-                raise ValueError(f"unexpected message {str(answer.get('op'))[:40]!r}")
+                else:
+                    raise ValueError(f"unexpected message {str(op)[:40]!r}")
         except StudentException:
             raise
         except (OSError, ValueError, TypeError, KeyError, RecursionError) as e:   # a broken pipe, a garbled answer
@@ -251,21 +266,11 @@ class RemoteFunction:
     def _call_back(self, callbacks: dict, request: dict) -> dict:
         function = callbacks[int(request["id"])]
         try:
-            args = decode(request.get("args", []))
-            kwargs = decode(request.get("kwargs", {}))
-            return {"op": "return", "value": encode(function(*args, **dict(kwargs)))}
+            args = wire.decode(request.get("args", []))
+            kwargs = wire.decode(request.get("kwargs", {}))
+            return {"op": "return", "value": wire.encode(function(*args, **dict(kwargs)))}
         except Exception as e:        # the grader's callback on what the student passed: the student sees it
             return {"op": "raise", "type": type(e).__name__, "message": str(e)}
-
-    def _add_watched(self, watched: dict) -> None:
-        log, counted = host_log.current_log(), transfers.current()
-        with contextlib.suppress(TypeError, ValueError, KeyError):
-            if log is not None and "host-log" in watched:
-                log.extend(decode(watched["host-log"]))
-            if counted is not None and "dtoh" in watched:
-                nbytes, calls = decode(watched["dtoh"])
-                counted.bytes += int(nbytes)
-                counted.calls += int(calls)
 
     def close(self) -> int | None:
         """End the student's process (it ends by itself when its requests close; else it is killed)."""
@@ -292,52 +297,35 @@ def load(source: str, name: str) -> RemoteFunction:
 
 
 # ---- the student's side ------------------------------------------------------------------------
-def _serve(read_fd: int, write_fd: int) -> int:
-    requests, answers = os.fdopen(read_fd, "rb"), os.fdopen(write_fd, "wb")
+def serve(job: dict) -> int:
+    requests, answers = os.fdopen(job["requests"], "rb"), os.fdopen(job["answers"], "wb")
+    remote.install(remote.Connection(requests, answers), emulated=bool(job.get("emulated")))
+    backend.use_remote()
     function = None
 
     def call_back(number, args, kwargs):
-        _send(answers, {"op": "callback", "id": number, "args": encode(list(args)), "kwargs": encode(kwargs)})
-        answer = _receive(requests)
+        wire.send(answers, {"op": "callback", "id": number, "args": wire.encode(list(args)),
+                            "kwargs": wire.encode(kwargs)})
+        answer = wire.receive(requests)
         if answer is None:
             raise SystemExit(0)
         if answer.get("op") == "raise":
-            raise raised(answer["type"], answer["message"])
-        return decode(answer.get("value"))
+            raise wire.raised(answer["type"], answer["message"])
+        return wire.decode(answer.get("value"))
 
-    while (request := _receive(requests)) is not None:
-        watched = {}
+    while (request := wire.receive(requests)) is not None:
         try:
             if request["op"] == "load":
-                drivers()          # a CUDA context (the primary one) before the student's code runs
                 function = load_function(request["source"], request["name"])
                 answer = {"op": "loaded"}
             else:
-                args = decode(request["args"], call_back, trusted=True)
-                kwargs = decode(request["kwargs"], call_back, trusted=True)
-                with _watching(request.get("watch", ()), watched):
-                    value = function(*args, **kwargs)
-                answer = {"op": "return", "value": encode(value)}
+                args = wire.decode(request["args"], call_back, trusted=True)
+                kwargs = wire.decode(request["kwargs"], call_back, trusted=True)
+                answer = {"op": "return", "value": wire.encode(function(*args, **kwargs))}
         except BaseException as e:     # the student's code: whatever it raises is theirs to read
             if isinstance(e, KeyboardInterrupt):
                 raise
             answer = {"op": "raise", "type": type(e).__name__, "message": str(e),
                       "traceback": traceback.format_exc()[-4000:]}
-        answer["watched"] = watched
-        _send(answers, answer)
+        wire.send(answers, answer)
     return 0
-
-
-@contextlib.contextmanager
-def _watching(what, watched: dict):
-    drv = drivers()[0]
-    with contextlib.ExitStack() as stack:
-        log = stack.enter_context(host_log.recording(drv)) if "host-log" in what else None
-        counted = stack.enter_context(transfers.count_dtoh(drv)) if "dtoh" in what else None
-        try:
-            yield
-        finally:
-            if log is not None:
-                watched["host-log"] = encode([dataclasses.asdict(e) for e in log.entries])
-            if counted is not None:
-                watched["dtoh"] = encode([counted.bytes, counted.calls])

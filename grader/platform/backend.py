@@ -79,6 +79,14 @@ def current() -> Backend:
     return _current
 
 
+def use_remote() -> Backend:
+    """In a student's process (grader.grading.student_process): kernels run in the grading process
+    (grader.platform.remote, installed as `pycuda`)."""
+    global _current
+    _current = Backend("remote", "the grading process's device")
+    return _current
+
+
 def drivers(on_emulator: bool = False):
     """(pycuda.driver, SourceModule) of the current backend, or of the emulator
     even on a GPU machine (the analysis always runs there)."""

@@ -17,7 +17,7 @@ import re
 import warnings
 from dataclasses import dataclass
 
-from grader.emulator import policy
+from grader.emulator import build, policy
 from grader.emulator.config import untrusted_sources
 from grader.platform import COURSE_ROOT
 from grader.platform.backend import drivers
@@ -78,11 +78,10 @@ def compile_kernels(source: str, kernels, options=(), on_emulator: bool = False,
     Raises CompileFailed."""
     driver, SourceModule = drivers(on_emulator)
     emulated = bool(getattr(driver, "EMULATED", False))
-    if not emulated and untrusted_sources():      # the emulator applies its whole policy when it builds
-        try:
-            policy.check_device_launches(source)
-        except policy.Refused as e:
-            raise CompileFailed(str(e)) from None
+    if not emulated and untrusted_sources():      # the emulator applies the same policy when it builds
+        refused = build.refusals(source, list(options), no_extern_c)
+        if refused:
+            raise CompileFailed(policy.refusal_text(refused))
     with captured() as log:
         try:
             module = SourceModule(source, options=list(options), no_extern_c=no_extern_c)

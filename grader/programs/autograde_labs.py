@@ -1,4 +1,4 @@
-"""python -m grader.programs.autograde_labs [--labs 00-pycuda-by-hand,...] [--out DIR]
+"""python -m grader autograde-labs [--labs 00-pycuda-by-hand,...] [--out DIR]
 
 Every lab's reference submission (its source notebook) through nbgrader's own
 generate_assignment and autograde, in a scratch course: the score against the
@@ -42,7 +42,7 @@ def autograde_reference(lab: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grader.programs.autograde_labs", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m grader autograde-labs", description=__doc__.split("\n\n")[0])
     p.add_argument("--labs", default="", help="lab folders, comma-separated (default: all)")
     p.add_argument("--out", default=None, help="write autograde-labs.md there")
     args = p.parse_args(argv)
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         lost = ", ".join(f"{name} {s:g}/{m:g}" for name, (s, m) in sorted(r["lost"].items())) or "none"
         rows.append(f"| {lab} | {r['score']:g} / {r['max']:g} | {r['seconds']:.1f} | {lost} |")
         print(rows[-1], flush=True)
-    command = recorded_command("grader.programs.autograde_labs", sys.argv[1:] if argv is None else argv)
+    command = recorded_command("autograde-labs", sys.argv[1:] if argv is None else argv)
     text = (f"# Autograde of every lab's reference submission\n\nCommand: `{command}`\n\n"
             f"Backend: {current()}.\n\n" + "\n".join(rows) + "\n")
     print(text)
@@ -62,6 +62,3 @@ def main(argv: list[str] | None = None) -> int:
         (Path(args.out) / "autograde-labs.md").write_text(text)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

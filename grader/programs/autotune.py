@@ -1,8 +1,8 @@
 """Autotune the warptiling kernel (solutions/warptiling.cu) for the GPU at hand,
 one configuration per class of shapes (grader.kernels.stages.shape_class).
 
-    python -m grader.programs.autotune                      # every class at its shape, save results
-    python -m grader.programs.autotune --classes large-k --shape 96x96x200 --limit 3 --dry-run   # quick check
+    python -m grader autotune                      # every class at its shape, save results
+    python -m grader autotune --classes large-k --shape 96x96x200 --limit 3 --dry-run   # quick check
 
 Every combination of the parameters below is first checked against the
 kernel's rules (without compiling): thread count, divisibility, the copy
@@ -299,6 +299,3 @@ def tune_class(cls, shape, builds, cands, functions, sms, repeats, rng) -> dict:
         print(f"  {cls}: winner checked on {len(CHECK_SHAPES)} small shapes and at {M}x{N}x{K}: all elements correct")
     return {"shape": list(shape), "cublas_ms": cublas_ms, "best": best, "results": entries}
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,7 +10,7 @@ tiles of C are too few for the GPU). On the emulator: every stage's reference
 kernel once on a few small non-square shapes, correctness only ("not timed:
 no GPU").
 
-    python3 -m grader.programs.bench [--sizes 1024,4096,4000x3000x2000]
+    python3 -m grader bench [--sizes 1024,4096,4000x3000x2000]
       [--stages naive,coalesced] [--repeat 20] [--budget 60] [--out DIR]
 
 Exit status: 0 all stages correct, 1 a stage wrong (or a result rejected), 2 usage.
@@ -54,7 +54,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv):
-    p = _Parser(prog="python3 -m grader.programs.bench", description=__doc__.split("\n\n")[0], add_help=False)
+    p = _Parser(prog="python -m grader bench", description=__doc__.split("\n\n")[0], add_help=False)
     p.add_argument("--sizes", default=DEFAULT_SIZES, help="N (square) or MxNxK, comma-separated")
     p.add_argument("--stages", default="", help="stage ids, comma-separated (default: all)")
     p.add_argument("--repeat", type=int, default=20, help="timed runs per measurement (>= 20)")
@@ -315,7 +315,7 @@ def run_gpu(stage_list, args, argv) -> int:
 
     out = Path(args.out) if args.out else ROOT / "results" / _slug(name)
     out.mkdir(parents=True, exist_ok=True)
-    command = recorded_command("grader.programs.bench", argv)
+    command = recorded_command("bench", argv)
     device_info = {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}",
                    "fp32_peak_gflops": peak / 1e9, "copy_bandwidth_gbs": bandwidth / 1e9,
                    "dram_bandwidth_gbs": dram / 1e9,
@@ -414,6 +414,3 @@ def roofline(records, cublas_records, peak, bandwidth, path: Path, name: str):
     plt.close(fig)
     return path
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Benchmark of labs 7 and 8 (python -m grader.programs.bench_graphs --out DIR).
+"""Benchmark of labs 7 and 8 (python -m grader bench-graphs --out DIR).
 
 On a GPU: the top-2 reduction (solutions/top2.cu) on a 16384 x 16384 C, its
 bandwidth (bytes of C read / time) as a fraction of the measured
@@ -125,7 +125,7 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m grader.programs.bench_graphs")
+    p = argparse.ArgumentParser(prog="python -m grader bench-graphs")
     p.add_argument("--out", required=True)
     p.add_argument("--sizes", default=None, help="comma-separated SSSP sizes")
     p.add_argument("--scipy-max", type=int, default=4096)
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
     device = drv.Device(0).name() if gpu else "the CPU emulator"
     print(f"bench_graph on {device} ({current_backend().name})", flush=True)
     res = {"device": device, "gpu": gpu,
-           "command": recorded_command("grader.programs.bench_graphs", list(sys.argv[1:] if argv is None else argv))}
+           "command": recorded_command("bench-graphs", list(sys.argv[1:] if argv is None else argv))}
     res["top2"] = bench_top2(drv, gpu, rng)
     t = res["top2"]
     print(f"  top-2 {t['side']}x{t['side']}: correct={t['correct']}" +
@@ -153,6 +153,3 @@ def main(argv=None) -> int:
     print(f"wrote {out / 'graph-bench.md'} and {out / 'graph-bench.json'}")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,7 @@ import ast
 import json
 from pathlib import Path
 
-from grader.course.static_values import call_name, code_cells, read_values
+from grader.course.static_values import call_name, code_cells, read_values, readable
 from grader.grading import frontend, registry
 
 GRADER_FAILED = 3
@@ -30,7 +30,7 @@ def kernel_source_from_notebook(path: str | Path, exercise: str) -> tuple[str, s
     cells = [c.source for c in code_cells(nb)]
     values = read_values(cells)
     candidates = []
-    for src in cells:
+    for src in readable(cells):
         try:
             tree = ast.parse(src)
         except (SyntaxError, RecursionError, MemoryError, ValueError):

@@ -3,7 +3,7 @@ the same shared-memory tiled SGEMM (solutions/smem-tiling.cu, TILE=32) on the
 same inputs. Also times the other reference stages on the emulator, and what
 one __syncthreads() of a 1024-thread block costs.
 
-    python -m grader.programs.emulator_bench [--size 256] [--numba-size N]
+    python -m grader emulator-bench [--size 256] [--numba-size N]
                                     [--barrier-rounds R] [--baseline PATH] [--barrier-only]
 
 numba's simulator runs one Python thread per CUDA thread; --numba-size runs it
@@ -167,6 +167,3 @@ def main(argv: list[str] | None = None) -> int:
     print_barrier_costs(args.barrier_rounds, args.baseline)
     return 0 if ok and numba_ok else 1
 
-
-if __name__ == "__main__":
-    sys.exit(main())

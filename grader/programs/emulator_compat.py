@@ -1,8 +1,8 @@
 """Run PyCUDA's own tests against the emulator and count what passes; run
 PyCUDA's examples and compare what they print with a GPU's.
 
-    python -m grader.programs.emulator_compat PYCUDA_SOURCE [--files test_driver.py ...] [--device-memory-gb 4] [-v]
-    python -m grader.programs.emulator_compat PYCUDA_SOURCE --examples [--with-autoinit] [--real] [--json FILE]
+    python -m grader emulator-compat PYCUDA_SOURCE [--files test_driver.py ...] [--device-memory-gb 4] [-v]
+    python -m grader emulator-compat PYCUDA_SOURCE --examples [--with-autoinit] [--real] [--json FILE]
                                                    [--compare GPU.json]
 
 PYCUDA_SOURCE is an unpacked PyCUDA source distribution (it is not part of
@@ -10,7 +10,7 @@ this repository), for example:
 
     pip download --no-binary :all: --no-deps --no-build-isolation pycuda -d /tmp/pycuda
     tar xzf /tmp/pycuda/pycuda-*.tar.gz -C /tmp/pycuda
-    python -m grader.programs.emulator_compat /tmp/pycuda/pycuda-2026.1
+    python -m grader emulator-compat /tmp/pycuda/pycuda-2026.1
 
 (--no-build-isolation needs setuptools and wheel installed: pip prepares the
 sdist's metadata.) Each test file runs under pytest in a process of its own,
@@ -222,6 +222,3 @@ def main(argv: list[str] | None = None) -> int:
           f"pass rate {counts['passed'] / max(counted, 1):.0%} of the {counted} tests that ran")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

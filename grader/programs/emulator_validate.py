@@ -3,9 +3,9 @@ Nsight Compute's shared-memory bank-conflict counters and its global-memory
 request and sector counters (coalescing), and compute-sanitizer's racecheck
 and memcheck, on the same kernels.
 
-    python -m grader.programs.emulator_validate --out results/h200      # on a GPU machine with ncu
-    python -m grader.programs.emulator_validate --emulator-only         # anywhere
-    python -m grader.programs.emulator_validate --sectors --out DIR     # only the global-memory table
+    python -m grader emulator-validate --out results/h200      # on a GPU machine with ncu
+    python -m grader emulator-validate --emulator-only         # anywhere
+    python -m grader emulator-validate --sectors --out DIR     # only the global-memory table
 
 It writes validation.md (the tables and the command) and validation.json;
 --sectors replaces only the global-memory table (between its markers) in an
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     emu = emulator_results()
-    command = recorded_command("grader.programs.emulator_validate", list(sys.argv[1:] if argv is None else argv))
+    command = recorded_command("emulator-validate", list(sys.argv[1:] if argv is None else argv))
     if args.sectors:
         return _sectors_only(emu, args, command)
     hw = {} if args.emulator_only else ncu_results(dict(zip(NCU_METRICS + SECTOR_METRICS, NCU_KEYS + SECTOR_KEYS)))
@@ -379,6 +379,3 @@ def _sectors_only(emu: dict[str, dict], args, command: str) -> int:
         js.write_text(json.dumps(data, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,9 +11,9 @@ from grader.platform import COURSE_ROOT
 ROOT = COURSE_ROOT
 
 
-def recorded_command(module: str, argv: list[str], environ=os.environ) -> str:
-    """`[GRADER_BACKEND=...] python3 -m module args`, with paths inside the
-    repository made relative to its root."""
+def recorded_command(command: str, argv: list[str], environ=os.environ) -> str:
+    """`[GRADER_BACKEND=...] python3 -m grader command args`, with paths inside
+    the repository made relative to its root."""
     def relative(arg: str) -> str:
         path = Path(arg)
         if path.is_absolute() and path.resolve().is_relative_to(ROOT):
@@ -21,5 +21,5 @@ def recorded_command(module: str, argv: list[str], environ=os.environ) -> str:
         return arg
 
     backend = environ.get("GRADER_BACKEND")
-    words = ([f"GRADER_BACKEND={backend}"] if backend else []) + ["python3", "-m", module]
+    words = ([f"GRADER_BACKEND={backend}"] if backend else []) + ["python3", "-m", "grader", command]
     return " ".join(words + [shlex.quote(relative(a)) for a in argv])

@@ -16,6 +16,7 @@ def _load(build_args: dict, analysis: bool = False) -> LoadedModule:
     except BuildError as e:
         error = CompileError(f"{e}:\n{e.log}", e.command, stderr=e.log)
         error.emulator_only = e.emulator_only      # nvcc accepted the source, g++ did not
+        error.refusals = e.refusals                # the source policy's findings, when it refused the source
         raise error from None
 
 

@@ -40,8 +40,14 @@
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...)
 #define __grid_constant__
+// What nvcc defines in a device pass for sm_90, so that a source cannot tell the emulator from nvcc.
 #define __CUDACC__ 1
 #define __CUDA_ARCH__ 900
+#define __NVCC__ 1
+#define __CUDACC_VER_MAJOR__ 13
+#define __CUDACC_VER_MINOR__ 0
+#define __CUDACC_VER_BUILD__ 88
+#define __EMU_CPU__ 1            // the emulator's own headers tell the CPU build apart by this (sources may not)
 #define CUDART_INF_F HUGE_VALF
 #define CUDART_NAN_F __builtin_nanf("")
 
@@ -57,14 +63,20 @@ static const int warpSize = 32;
 
 #define __EMU_DYNAMIC_SHARED(type, name) type* const name = reinterpret_cast<type*>(__emu_dynamic_shared)
 
-// Analysis builds declare each __shared__ variable as a reference to its
-// storage through a pointer the compiler cannot see through: the sanitizer
-// instrumentation skips constant-index accesses to a static array it can
-// prove in bounds, and every shared access must reach the analysis.
-template <class T> static inline T* __emu_opaque(T* p) { __asm__("" : "+r"(p)); return p; }
+// Each __shared__ variable (build.py rewrites its declaration) is a reference
+// to its storage. Analysis builds (-fsanitize=kernel-address) reach it through
+// a pointer the compiler cannot see through: the sanitizer instrumentation
+// skips constant-index accesses to a static array it can prove in bounds, and
+// every shared access must reach the analysis. The difference lives here, not
+// in the expansion, so that the student's tokens are the same in both builds.
+#ifdef __SANITIZE_ADDRESS__
+template <class T> static inline T& __emu_shared_ref(T& storage) { T* p = &storage; __asm__("" : "+r"(p)); return *p; }
+#else
+template <class T> static inline T& __emu_shared_ref(T& storage) { return storage; }
+#endif
 #define __EMU_SHARED_VAR(type, plain_type, name, dims) \
     __attribute__((section("emu_shared"))) static type name##__emu_storage dims; \
-    plain_type (&name) dims = *__emu_opaque(&name##__emu_storage)
+    plain_type (&name) dims = __emu_shared_ref(name##__emu_storage)
 
 // ---- vector types -----------------------------------------------------------
 #define EMU_VEC2(T, N, A) struct __attribute__((aligned(A))) N##2 { T x, y; }; \

@@ -1,21 +1,24 @@
-"""The grader's checks, one small module each; each check is one thing.
+"""The grader's checks: one module per SGEMM check, one per lab for the other exercises.
 
-SGEMM stages (a function run(stage, source, seed) per module):
+SGEMM stages (each module's CHECK; the stage comes in the Context):
 
-    compiles        the source compiles for the current backend (compiler output captured)
-    correctness     fresh random inputs, non-square shapes that are not tile multiples plus a
-                    large one, NaN-poisoned C with guard zones, float64 reference
-    races           emulator analysis: races and out-of-bounds accesses, and a re-run in
-                    permuted thread orders compared with the normal run
-    bank_conflicts  emulator analysis: shared-memory bank conflicts (graded where the stage
-                    requires none)
-    performance     GPU only: GFLOPS against cuBLAS and the threshold in grader/grading/checks/thresholds.json
+    compiles                the source compiles for the current backend (compiler output captured)
+    correctness             fresh random inputs, non-square shapes that are not tile multiples plus a
+                            large one, NaN-poisoned C with guard zones, float64 reference
+    races                   emulator analysis: races and out-of-bounds accesses, and a re-run in
+                            permuted thread orders compared with the normal run
+    bank_conflicts          emulator analysis: shared-memory bank conflicts (graded where the stage
+                            requires none)
+    bank_conflicts_configs  correct and conflict-free under other tile configurations
+    coalescing              emulator analysis: global-memory sectors per warp request
+    alignment               the float4 path and its scalar fallback, misaligned views
+    performance             GPU only: GFLOPS against cuBLAS and the threshold in thresholds.json
 
-Labs 3 and 4: minimums (top-2, fused SGEMM + top-2, the host function) and
-sssp (distances, path).
+Labs (their CHECKS): pycuda_by_hand (lab 00), blocks_per_sm (lab 03),
+padded_transpose (lab 04), autotuning (lab 06), minimums (lab 07),
+shortest_paths (lab 08).
 
-A check never raises for anything the student's code does: a failed compile
-or launch becomes a failed grader.grading.report.CheckResult. The registry that names
-them and binds their parameters, so that every check is run(submission,
-seed), is grader.grading.registry; grader.grading.isolation runs each in its own process.
+A check never raises for anything the student's code does: a failed compile or
+launch becomes a failed grader.grading.report.CheckResult. The registry that
+names them is grader.grading.registry; grader.grading.isolation runs each.
 """

@@ -52,6 +52,11 @@ class Case:
     K: int
     offsets: tuple[int, int, int] = (0, 0, 0)     # floats past a 16-byte boundary: A, B, C
 
+    @property
+    def takes_float4(self) -> bool:
+        """K and N multiples of 4 and every pointer 16-byte aligned: the float4 path must be taken."""
+        return self.K % 4 == 0 and self.N % 4 == 0 and not any(self.offsets)
+
     def describe(self) -> str:
         views = [f"{p} {4 * o} bytes past a 16-byte boundary" for p, o in zip("ABC", self.offsets) if o]
         return f"M={self.M} N={self.N} K={self.K}, " + (", ".join(views) if views else "A, B, C 16-byte aligned")
@@ -140,8 +145,16 @@ def judge_case(case: Case, data: dict, host, rng) -> tuple[list[str], bool]:
     M, N, K = case.M, case.N, case.K
     A, B = sgemm.random_inputs(M, N, K, rng)
     buffers = {p: tuple(v) for p, v in data.get("buffers", {}).items()}
-    findings = analysis.report_from(data.get("report", {})).out_of_bounds
+    report = analysis.report_from(data.get("report", {}))
+    findings = report.out_of_bounds
     problems, misaligned = [], False
+    if case.takes_float4 and not findings and not data.get("failure"):
+        scalar = sorted({f"{'A' if r.buffer.startswith('argument 3 ') else 'B'} (line {r.line}, {r.width} bytes)"
+                         for r in report.global_accesses if r.op == "ld" and r.width != 16
+                         and r.buffer.startswith(("argument 3 ", "argument 4 "))})
+        if scalar:
+            problems.append(f"the float4 path was not taken where it can be: loads of {', '.join(scalar)} are not "
+                            "16-byte (this check credits a kernel whose aligned loads of A and B are float4)")
     if findings:
         described = [describe_finding(case, f, buffers) for f in findings[:2]]
         problems += [text for text, _ in described]

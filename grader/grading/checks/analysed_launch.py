@@ -53,6 +53,35 @@ def collect(name: str, stage, source: str, shape: tuple[int, int, int]) -> tuple
     return meta, {"C": C}
 
 
+TILING_FACTOR = 4       # a kernel tiling through shared memory makes at most 1/4 of the global loads of one that does not
+
+
+def global_loads(report, pointer_arguments=(3, 4)) -> int:
+    """Warp requests of the global loads of A and B (the SGEMM kernel's arguments 3 and 4)."""
+    names = tuple(f"argument {i} " for i in pointer_arguments)
+    return sum(r.requests for r in report.global_accesses if r.op == "ld" and r.buffer.startswith(names))
+
+
+def shared_tiling_problem(report, *shapes: tuple[int, int, int]) -> str | None:
+    """Why the launch does not tile A and B through shared memory (None: it does): it must store to shared
+    memory, load from it, and make at most 1/TILING_FACTOR of the global loads of A and B that a kernel
+    without shared memory makes (one per thread, per element of C, per k, for each of A and B)."""
+    stores = sum(r.requests for r in report.bank_conflicts if r.op == "st")
+    loads = sum(r.requests for r in report.bank_conflicts if r.op == "ld")
+    if not stores or not loads:
+        return ("the kernel does not " + ("use shared memory at all" if not stores and not loads else
+                f"{'store tiles to' if not stores else 'read its tiles from'} shared memory") +
+                ": bank conflicts are graded on a kernel whose tiles of A and B go through shared memory, as the "
+                "stage asks")
+    without = sum(2 * K * -(-M * N // 32) for M, N, K in shapes)
+    made = global_loads(report)
+    if made > without / TILING_FACTOR:
+        return (f"the kernel makes {made} warp requests to load A and B from global memory, where a kernel without "
+                f"shared memory makes {without}: its tiles of A and B do not go through shared memory (at most "
+                f"{without // TILING_FACTOR} requests would show that they do)")
+    return None
+
+
 def outputs(name: str, meta: dict, arrays: dict, shape: tuple[int, int, int], graded: bool):
     """(the analysis report, C against A B, the compiler's log) from collect()'s outputs; or the
     CheckResult when the kernel did not compile or its launch failed."""

@@ -52,10 +52,13 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     if not graded:
         return CheckResult(NAME, NOT_GRADED, "not graded for this stage (information only)\n" + text, 0.0,
                            html=html or None, details=details, output=log)
+    not_tiled = analysed_launch.shared_tiling_problem(report, (M, N, K))
     if ld + st == 0 and not records and not computed.ok:
         text += (f"\nbut C is wrong ({computed.describe((M, N, K))}): only a kernel that computes C is credited "
                  "with being free of bank conflicts")
-    ok = ld + st == 0 and not records and computed.ok
+    elif ld + st == 0 and not records and not_tiled:
+        text += f"\nbut {not_tiled}"
+    ok = ld + st == 0 and not records and computed.ok and not not_tiled
     return CheckResult(NAME, PASSED if ok else FAILED, text, 1.0 if ok else 0.0, html=html or None,
                        details=details, output=log)
 

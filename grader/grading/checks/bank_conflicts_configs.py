@@ -15,6 +15,7 @@ import html as _html
 
 import numpy as np
 
+from grader.grading.checks import analysed_launch
 from grader.grading.checks import emulator_tools as analysis
 from grader.grading.checks.common import (
     launch_budget,
@@ -155,8 +156,9 @@ def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict) -> tuple[b
         lines.append(f"{head}: {len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
                      + "\n  ".join(analysis.describe(f) for f in oob[:SHOW]))
     free, text, html, _ = conflict_report(report)
-    ok = ok and free
-    lines.append(f"{head}: " + text.replace("\n", "\n    "))
+    not_tiled = analysed_launch.shared_tiling_problem(report, *shapes(d)) if free and not failed_launch else None
+    ok = ok and free and not not_tiled
+    lines.append(f"{head}: " + text.replace("\n", "\n    ") + (f"; but {not_tiled}" if not_tiled else ""))
     return ok, lines, html
 
 

@@ -3,18 +3,18 @@ blocks_per_sm(regs_per_thread, smem_per_block, threads_per_block), the number
 of blocks of a kernel that fit on one SM of the H200, graded from its source
 (grader.grading.host_functions) like any host function.
 
-    run_table(source, seed)  against grader.references.occupancy.occupancy(...).blocks_per_sm with the H200's limits
+    h200-limits         against grader.references.occupancy.occupancy(...).blocks_per_sm with the H200's limits
                              (grader.platform.devices.H200) on EDGE_CASES (each rule at and next to its boundary)
                              and RANDOM_CASES random inputs of the domain below; the message names the first
                              input where the two differ and both answers, never the rule
-    run_cuda(source, seed)   on a GPU whose limits are the H200's: against the CUDA occupancy API
+    cuda-occupancy-api  on a GPU whose limits are the H200's: against the CUDA occupancy API
                              (cuOccupancyMaxActiveBlocksPerMultiprocessor, grader.platform.devices.cuda_blocks_per_sm)
                              for the blocktile-2d kernel built with several register caps, at several block
                              sizes and dynamic shared-memory sizes; inputs where grader.references.occupancy itself
                              differs from the API are left out and named. Not graded on the emulator.
 
 Domain (the notebook states it): 1 <= regs_per_thread <= 255, 0 <= smem_per_block <= 232448 (227 KiB, the most
-one block may use), 1 <= threads_per_block <= 1024. The *_function forms take the function itself (tests).
+one block may use), 1 <= threads_per_block <= 1024.
 """
 from __future__ import annotations
 
@@ -23,12 +23,12 @@ import numbers
 
 import numpy as np
 
-from grader.grading import student_process
-from grader.grading.checks.common import function_check, new_seed
+from grader.grading.checks import host_calls
+from grader.grading.protocol import FUNCTION_HANG, Check, Context, Outputs
 from grader.grading.report import NOT_GRADED, CheckResult
 from grader.kernels.stages import stage
 from grader.platform import devices
-from grader.platform.backend import current, drivers
+from grader.platform.backend import drivers
 from grader.references import occupancy
 
 HOST_FUNCTION = "blocks_per_sm"
@@ -75,31 +75,46 @@ def expected(regs: int, smem: int, threads: int, limits: devices.Limits = device
     return occupancy.occupancy(regs, smem, threads, limits).blocks_per_sm
 
 
-def _answer(function, args) -> tuple[int | None, str]:
+def _answers(function, inputs) -> list:
+    """The function's answer to each input, as data; the calls stop at the first one that raises."""
+    found = []
+    for args in inputs:
+        call = host_calls.call(function, *args)
+        if call.raised:
+            found.append({"raised": list(call.raised)})
+            break
+        value = call.value
+        found.append(value if isinstance(value, numbers.Real) and not isinstance(value, bool)
+                     else {"other": [type(value).__name__, repr(value)[:200]]})
+    return found
+
+
+def _answer(args, found) -> tuple[int | None, str]:
     """(the function's answer as an int, '') or (None, what is wrong with it)."""
-    try:
-        value = function(*args)
-    except Exception as e:             # the student's code: whatever it raises is reported
-        return None, f"{_call(args)} raised {type(e).__name__}: {e}"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        hint = " (a missing return?)" if value is None else ""
-        return None, f"{_call(args)} returned {value!r}{hint}: return the number of blocks, an int"
-    if not math.isfinite(float(value)) or float(value) != int(value):
-        return None, (f"{_call(args)} returned {value!r}: a number of blocks is a whole number "
-                      "(use // to divide)")
-    return int(value), ""
+    if isinstance(found, dict) and "raised" in found:
+        kind, message = found["raised"]
+        return None, f"{_call(args)} raised {kind}: {message}"
+    if isinstance(found, dict):
+        kind, text = found["other"]
+        hint = " (a missing return?)" if kind == "NoneType" else ""
+        return None, f"{_call(args)} returned {text}{hint}: return the number of blocks, an int"
+    if not math.isfinite(float(found)) or float(found) != int(found):
+        return None, f"{_call(args)} returned {found!r}: a number of blocks is a whole number (use // to divide)"
+    return int(found), ""
 
 
-def _compare(function, cases: list[tuple[tuple[int, int, int], int]]) -> tuple[list[str], str]:
+def _compare(cases: list[tuple[tuple[int, int, int], int]], answers: list) -> tuple[list[str], str]:
     """(a line per differing input, in order; the first error that stopped the comparison or '')."""
     differ = []
-    for args, want in cases:
-        got, error = _answer(function, args)
+    for (args, want), found in zip(cases, answers):
+        got, error = _answer(args, found)
         if error:
             return differ, error
         if got != want:
             differ.append(f"{_call(args)} returned {got}; {_blocks(want)} of {args[2]} threads fit "
                           "on one H200 SM")
+    if len(answers) < len(cases) and not differ:
+        return differ, "the grading process returned no answer for every input"
     return differ, ""
 
 
@@ -115,11 +130,29 @@ def _failure(differ: list[str], error: str, total: int) -> str:
     return "\n".join(lines)
 
 
-def run_table_function(function, seed: int | None = None) -> CheckResult:
-    seed = new_seed() if seed is None else int(seed)
-    inputs = EDGE_CASES + random_cases(np.random.default_rng(seed))
-    cases = [(args, expected(*args)) for args in inputs]
-    differ, error = _compare(function, cases)
+def _load(source: str):
+    function = host_calls.load(source, HOST_FUNCTION)
+    if isinstance(function, str):
+        return None, {"load_error": function.replace(f"{HOST_FUNCTION}(...)", f"{HOST_FUNCTION}(regs_per_thread, "
+                                                     "smem_per_block, threads_per_block)")}
+    return function, None
+
+
+def _inputs(seed: int) -> list[tuple[int, int, int]]:
+    return EDGE_CASES + random_cases(np.random.default_rng(seed))
+
+
+def collect_table(source: str, seed: int, ctx: Context) -> Outputs:
+    function, failed = _load(source)
+    return (failed, {}) if failed else ({"answers": _answers(function, _inputs(seed))}, {})
+
+
+def judge_table(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+    meta, _ = outputs
+    if meta.get("load_error"):
+        return CheckResult.make(TABLE, False, meta["load_error"], details={"seed": seed})
+    cases = [(args, expected(*args)) for args in _inputs(seed)]
+    differ, error = _compare(cases, meta.get("answers", []))
     details = {"seed": seed, "inputs": len(cases), "differ": len(differ)}
     if differ or error:
         return CheckResult.make(TABLE, False, _failure(differ, error, len(cases)), details=details)
@@ -159,46 +192,65 @@ def _probe_kernels() -> list[tuple]:
     return built
 
 
-def run_cuda_function(function, seed: int | None = None) -> CheckResult:
-    if current().name != "gpu":
-        return CheckResult(CUDA, NOT_GRADED, "not graded: no GPU (the CUDA occupancy API needs one; "
-                           f"{TABLE} grades your function against the same rules)", 0.0)
+def collect_cuda(source: str, seed: int, ctx: Context) -> Outputs:
+    """On an H200: the probe kernels' resources, the CUDA occupancy API's answers and the function's."""
+    if not ctx.gpu:
+        return {"not_graded": "no GPU"}, {}
     drivers()                                         # the context the module and the API calls use
-    limits = devices.device_limits()
-    if limits != devices.H200.limits:
-        return CheckResult(CUDA, NOT_GRADED, "not graded: this GPU's limits are not the H200's, which "
-                           f"{HOST_FUNCTION} is written for", 0.0)
+    if devices.device_limits() != devices.H200.limits:
+        return {"not_graded": "limits"}, {}
+    function, failed = _load(source)
+    if failed:
+        return failed, {}
     kernel = stage(PROBE_STAGE).kernel
     try:
         probes = _probe_kernels()
     except Exception as e:             # nvcc or the driver on the grading machine: not the student's doing
-        return CheckResult(CUDA, NOT_GRADED, f"not graded: the probe kernels could not be built here "
-                           f"({type(e).__name__}: {e})", 0.0)
+        return {"probe_error": f"{type(e).__name__}: {e}"}, {}
     cases, left_out = [], []
     for what, cubin, fn, _module in probes:
         regs, static = devices.function_resources(fn)
         for threads in BLOCK_THREADS:
             for dynamic in DYNAMIC_SHARED:
-                args = (regs, static + dynamic, threads)
                 if static + dynamic > MAX_SMEM:
                     continue
                 try:
-                    cuda = devices.cuda_blocks_per_sm(cubin, kernel, threads, dynamic)
+                    cases.append([[regs, static + dynamic, threads], devices.cuda_blocks_per_sm(cubin, kernel,
+                                                                                               threads, dynamic)])
                 except (RuntimeError, OSError) as e:
                     left_out.append(f"{what}, {threads} threads, {dynamic} dynamic bytes: {e}")
-                    continue
-                ours = expected(*args, limits)
-                if ours != cuda:
-                    left_out.append(f"{_call(args)}: the CUDA API says {cuda}, "
-                                    f"grader.references.occupancy {ours}")
-                    continue
-                cases.append((args, cuda))
+    return {"cases": cases, "left_out": left_out,
+            "answers": _answers(function, [tuple(args) for args, _ in cases])}, {}
+
+
+def judge_cuda(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+    meta, _ = outputs
+    if meta.get("not_graded") == "no GPU" or not ctx.gpu:
+        return CheckResult(CUDA, NOT_GRADED, "not graded: no GPU (the CUDA occupancy API needs one; "
+                           f"{TABLE} grades your function against the same rules)", 0.0)
+    if meta.get("not_graded"):
+        return CheckResult(CUDA, NOT_GRADED, "not graded: this GPU's limits are not the H200's, which "
+                           f"{HOST_FUNCTION} is written for", 0.0)
+    if meta.get("load_error"):
+        return CheckResult.make(CUDA, False, meta["load_error"])
+    if meta.get("probe_error"):
+        return CheckResult.grader_error(CUDA, f"the probe kernels could not be built here ({meta['probe_error']})")
+    cases, answers, left_out = [], [], list(meta.get("left_out", []))
+    for (args, cuda), found in zip(meta.get("cases", []), meta.get("answers", []) + [None] * len(meta["cases"])):
+        args = tuple(args)
+        ours = expected(*args)
+        if ours != cuda:
+            left_out.append(f"{_call(args)}: the CUDA API says {cuda}, the grader's calculator {ours}")
+            continue
+        cases.append((args, cuda))
+        answers.append(found)
+    answers = [a for a in answers if a is not None]
     note = ("" if not left_out else f"\n{len(left_out)} input(s) left out (the grader's own calculator or the API "
             "could not be compared there):\n  " + "\n  ".join(left_out[:5]))
     if not cases:
-        return CheckResult(CUDA, NOT_GRADED, "not graded: no input where the grader's calculator and the CUDA "
-                           "occupancy API agree" + note, 0.0)
-    differ, error = _compare(function, cases)
+        return CheckResult.grader_error(CUDA, "no input where the grader's calculator and the CUDA occupancy API "
+                                        "agree" + note)
+    differ, error = _compare(cases, answers)
     details = {"inputs": len(cases), "differ": len(differ), "left_out": len(left_out)}
     if differ or error:
         return CheckResult.make(CUDA, False, "against the CUDA occupancy API (cuOccupancyMaxActiveBlocksPerMultipro"
@@ -209,23 +261,5 @@ def run_cuda_function(function, seed: int | None = None) -> CheckResult:
                             + note, details=details)
 
 
-def _loaded(check: str, source: str, seed):
-    try:
-        return student_process.load(source, HOST_FUNCTION), None
-    except Exception as e:              # the student's Python, run as a module: anything it raises is theirs
-        return None, CheckResult.make(check, False, f"your code does not define {HOST_FUNCTION}(regs_per_thread, "
-                                      f"smem_per_block, threads_per_block): {type(e).__name__}: {e}",
-                                      details={"seed": seed})
-
-
-def run_table(source: str, seed: int | None = None) -> CheckResult:
-    function, failed = _loaded(TABLE, source, seed)
-    return failed or run_table_function(function, seed)
-
-
-def run_cuda(source: str, seed: int | None = None) -> CheckResult:
-    function, failed = _loaded(CUDA, source, seed)
-    return failed or run_cuda_function(function, seed)
-
-
-CHECKS = (function_check(TABLE, run_table, 120), function_check(CUDA, run_cuda))
+CHECKS = (Check(TABLE, collect_table, judge_table, 120, FUNCTION_HANG),
+          Check(CUDA, collect_cuda, judge_cuda, 300, FUNCTION_HANG))

@@ -260,9 +260,3 @@ def returned_matrix(value, shape: tuple) -> np.ndarray | None:
 def new_seed() -> int:
     return int(np.random.SeedSequence().entropy % 2**32)
 
-
-def function_check(name: str, run, timeout: float = 300.0):
-    """TEMPORARY: a Python-function check whose run(source, seed) computes the verdict in the grading process."""
-    from grader.grading.protocol import FUNCTION_HANG, Check
-    return Check(name, lambda source, seed, ctx: ({"result": run(source, seed).to_dict()}, {}),
-                 lambda outputs, seed, ctx: CheckResult.from_dict(outputs[0]["result"]), timeout, FUNCTION_HANG)

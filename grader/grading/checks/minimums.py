@@ -1,42 +1,38 @@
 """Lab 7 checks: the top-2 reduction (solutions/top2.cu), the fused SGEMM +
 top-2 (solutions/sgemm-top2.cu) and a host function minimums(A, B).
 
-    run_top2(source, seed)        exact against numpy on adversarial arrays (ties, both minimums in one
+    top2-exact                    exact against numpy on adversarial arrays (ties, both minimums in one
                                   thread / warp / block, in the scalar tail, at index 0 and the last index,
                                   1 x 2, 1 x N, M x 1, non-multiples) and after a GPU SGEMM
-    run_top2_races(source, seed)  emulator analysis (races, out-of-bounds) and permuted thread orders
-    run_fused(source, seed)       the fused kernel: C correct and its two minimums exact
-    run_fused_races(source, seed) as run_top2_races for the fused kernel
-    run_host(function, seed)      the two minimums right, at most HOST_BYTES bytes device -> host
-    run_host_source(source, seed) run_host on the function `minimums` that a submission's text
-                                  defines, called in a process of its own (grader.grading.student_process)
+    top2-races                    emulator analysis (races, out-of-bounds) and permuted thread orders
+    sgemm-top2-exact              the fused kernel: C correct and its two minimums exact
+    sgemm-top2-races              as top2-races for the fused kernel
+    host-transfers                minimums(A, B), called in a process of its own: the two minimums right,
+                                  at most HOST_BYTES bytes copied device -> host (the copies recorded by
+                                  the grading process, which does the function's device calls)
 
-Each kernel check X is collect_X(source, seed), what the kernel did (run in
-the sandboxed grading process), and judge_X(meta, arrays, gpu), the verdict
-(computed in the process that started it, from those outputs and the seed);
-run_X is both in one process, for tests and tools.
+Each is a Check (grader.grading.protocol): collect_X runs in the sandboxed grading
+process and returns what the kernel did; judge_X gives the verdict from those
+outputs and the seed, in the grader's own process.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from grader.grading import student_process
 from grader.grading.checks import emulator_tools as analysis
+from grader.grading.checks import host_calls
 from grader.grading.checks.common import (
     does_not_compile,
-    function_check,
     launch_budget,
     launch_errors,
     launch_failure,
-    new_seed,
     returned_matrix,
     start_collect,
 )
-from grader.grading.protocol import Check, Context, Outputs
+from grader.grading.protocol import FUNCTION_HANG, Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import sgemm, top2
 from grader.kernels.sgemm import driver_of
-from grader.kernels.transfers import count_dtoh
 from grader.platform.backend import drivers
 
 HOST_BYTES = 64      # two 8-byte keys and a few flags
@@ -121,7 +117,7 @@ def _reference_c_problem(C, A, B, what: str) -> str | None:
 
 
 def collect_top2(source: str, seed: int, ctx: Context) -> Outputs:
-    meta, fns = start_collect(top2.TOP2, source, prepare=top2.prepare_references)
+    meta, fns = start_collect(top2.TOP2, source)
     if fns is None:
         return meta, {}
     rng = np.random.default_rng(seed)
@@ -358,57 +354,68 @@ FUSED_CHECKS = (Check("sgemm-top2-exact", collect_fused, judge_fused, timeout=30
                 Check("sgemm-top2-races", collect_fused_races, judge_fused_races, timeout=300))
 
 
-def run_host(function, seed: int | None = None) -> CheckResult:
-    """function(A, B) -> ((value, row, col), (value, row, col)), with the minimums found on the GPU."""
-    name = "host-transfers"
-    seed = new_seed() if seed is None else int(seed)
+HOST_SHAPES = [(1, 2, 3), (131, 77, 45), (256, 300, 64)]
+
+
+def _host_inputs(seed: int):
     rng = np.random.default_rng(seed)
-    drv = drivers()[0]
+    return [top2.inputs(M, N, K, rng) for M, N, K in HOST_SHAPES]
+
+
+def collect_host(source: str, seed: int, ctx: Context) -> Outputs:
+    """minimums(A, B) called on each shape, what it did on the device recorded here."""
+    function = host_calls.load(source, HOST_FUNCTION)
+    if isinstance(function, str):
+        return {"load_error": function}, {}
+    arrays: dict = {}
+    calls = [host_calls.call(function, A, B, watch=True).to_data(arrays, f"value{i}")
+             for i, (A, B) in enumerate(_host_inputs(seed))]
+    return {"calls": calls}, arrays
+
+
+def judge_host(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+    """Right minimums ((value, row, col) twice) of C = A B (grader.kernels.top2.product), and at most
+    HOST_BYTES copied back from the device."""
+    name = "host-transfers"
+    meta, arrays = outputs
+    if meta.get("load_error"):
+        return CheckResult.make(name, False, meta["load_error"], details={"seed": seed})
+    calls = [host_calls.Call.from_data(d, arrays) for d in meta.get("calls", [])]
+    inputs = _host_inputs(seed)
+    if len(calls) != len(inputs):
+        return CheckResult.make(name, False, "the grading process returned no result for every shape")
     lines, ok = [], True
-    for M, N, K in [(1, 2, 3), (131, 77, 45), (256, 300, 64)]:
-        A, B = top2.inputs(M, N, K, rng)
-        c, _, _ = top2.sgemm_on_device(A, B)
-        C = np.empty((M, N), np.float32)
-        drv.memcpy_dtoh(C, c)
-        c.free()
-        want = top2.reference_top2(C, N)
-        try:
-            with count_dtoh(drv) as t:
-                got = function(A, B)
-        except Exception as e:          # the student's Python: anything it raises is their diagnosis
+    for call, (A, B) in zip(calls, inputs):
+        M, K = A.shape
+        N = B.shape[1]
+        shape = f"M={M} N={N} K={K}"
+        want = top2.reference_top2(top2.product(A, B), N)
+        if call.raised:
             ok = False
-            lines.append(f"M={M} N={N} K={K}: your function raised {type(e).__name__}: {e}")
+            lines.append(f"{shape}: {call.raised_text()}")
             continue
+        got = call.value
         try:
             got = tuple((float(v), int(r), int(cc)) for v, r, cc in got)
         except (TypeError, ValueError):
             ok = False
-            lines.append(f"M={M} N={N} K={K}: expected ((value, row, col), (value, row, col)), got {got!r}")
+            lines.append(f"{shape}: expected ((value, row, col), (value, row, col)), got {got!r}")
             continue
-        shape = f"M={M} N={N} K={K}"
-        if t.bytes > HOST_BYTES:
+        copies = call.log.of("dtoh")
+        nbytes = sum(e.nbytes for e in copies)
+        if nbytes > HOST_BYTES:
             ok = False
-            lines.append(f"{shape}: {t.bytes} bytes came back from the device in {t.calls} copies (limit "
+            lines.append(f"{shape}: {nbytes} bytes came back from the device in {len(copies)} copies (limit "
                          f"{HOST_BYTES}: the two keys and a few flags) - the reduction must run on the GPU, "
                          "not in a loop over C on the host")
-        elif got[0][1:] != want[0][1:] or got[1][1:] != want[1][1:] or len(got) != 2:
+        elif len(got) != 2 or got[0][1:] != want[0][1:] or got[1][1:] != want[1][1:]:
             ok = False
-            lines.append(f"{shape}: expected {_fmt(want[0])} and {_fmt(want[1])}, got {_fmt(got[0])} and "
-                         f"{_fmt(got[1])}")
+            lines.append(f"{shape}: expected {_fmt(want[0])} and {_fmt(want[1])}, got "
+                         + " and ".join(_fmt(g) for g in got[:2]))
         else:
-            lines.append(f"{shape}: right, {t.bytes} bytes from the device")
+            lines.append(f"{shape}: right, {nbytes} bytes from the device")
     return CheckResult.make(name, ok, ("right, and only the keys came back" if ok else "wrong") +
                             f" (random seed {seed})\n" + "\n".join(lines), details={"seed": seed})
 
 
-def run_host_source(source: str, seed: int | None = None) -> CheckResult:
-    """run_host on the function HOST_FUNCTION that the submission's text defines."""
-    try:
-        function = student_process.load(source, HOST_FUNCTION)
-    except Exception as e:              # the student's Python, run as a module: anything it raises is theirs
-        return CheckResult.make("host-transfers", False, f"your code does not define {HOST_FUNCTION}(A, B): "
-                                f"{type(e).__name__}: {e}", details={"seed": seed})
-    return run_host(function, seed)
-
-
-HOST_CHECKS = (function_check("host-transfers", run_host_source),)
+HOST_CHECKS = (Check("host-transfers", collect_host, judge_host, timeout=300, hang_hint=FUNCTION_HANG),)

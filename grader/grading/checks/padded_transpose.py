@@ -1,17 +1,16 @@
 """Lab 4's transpose through a shared tile (solutions/transpose.cu; host
 driver grader.kernels.transpose):
 
-    run_correctness(source, seed)     out = in^T exactly, on shapes that are not square and not multiples of 32
+    transpose-correctness             out = in^T exactly, on shapes that are not square and not multiples of 32
                                       (single rows and columns among them), out NaN-poisoned inside guard zones
-    run_races(source, seed)           the emulator's race and out-of-bounds analysis, and the same out in
+    transpose-races                   the emulator's race and out-of-bounds analysis, and the same out in
                                       permuted thread orders (always on the emulator)
-    run_bank_conflicts(source, seed)  the emulator's bank-conflict analysis: a correct transpose through shared
+    transpose-bank-conflicts          the emulator's bank-conflict analysis: a correct transpose through shared
                                       memory with no conflicting request (graded)
 
-Each kernel check X is collect_X(source, seed), what the kernel did (run in
-the sandboxed grading process), and judge_X(meta, arrays, gpu), the verdict
-(computed in the process that started it, from those outputs and the seed);
-run_X is both in one process, for tests and tools.
+Each is a Check (grader.grading.protocol): collect_X runs in the sandboxed grading
+process and returns what the kernel did; judge_X gives the verdict from those
+outputs and the seed, in the grader's own process.
 """
 from __future__ import annotations
 

@@ -1,25 +1,20 @@
-"""Lab 0 checks ("PyCUDA by hand"): the student's own host code, called on
-random shapes that are not multiples of the 32 x 32 block, while
-grader.kernels.host_log records what it does.
+"""Lab 0 checks ("PyCUDA by hand"): the student's own host code, called on random shapes that are not
+multiples of the 32 x 32 block, while grader.kernels.host_log records (in the grading process) what it
+does on the device.
 
-    run_matmul(source, seed)           matmul(A, B) -> C right (sgemm tolerance) on float32 inputs of
-                                       several shapes, computed by a launch of sgemm_coalesced; a wrong C is
-                                       explained from the recorded launch (the rows/columns no thread
-                                       covered: a grid one block short, or swapped) and copies (float64)
-    run_matmul_float64(source, seed)   matmul on float64 inputs (what np.random.rand gives): right, so the
-                                       function converted them to float32 before copying
-    run_gflops(source, seed)           gflops(M, N, K, seconds) == 2 M N K / seconds / 1e9
-    run_timing_form(source, seed)      time_matmul(A, B, warmup=W, runs=R): W untimed launches before the
-                                       first event, R runs each of one launch between two recorded events,
-                                       each end event synchronised before time_since, and the median of
-                                       those R times returned in seconds (on the emulator too: its events
-                                       measure wall-clock time)
-    run_timing_plausible(source, seed) on a GPU: that median within a factor PLAUSIBLE_FACTOR of the
-                                       grader's own median for the same kernel and shape (grader.kernels.timing);
-                                       not graded on the emulator
-
-Each takes the submission's text (grader.grading.host_functions) and loads the
-function it grades; the *_function forms take the function itself (tests).
+    matmul-correct    matmul(A, B) -> C right (sgemm tolerance) on float32 inputs of several shapes,
+                      computed by a launch of sgemm_coalesced; a wrong C is explained from the recorded
+                      launch (the rows/columns no thread covered: a grid one block short, or swapped) and
+                      copies (float64)
+    matmul-float64    matmul on float64 inputs (what np.random.rand gives): right, so the function
+                      converted them to float32 before copying
+    gflops-formula    gflops(M, N, K, seconds) against the formula (grader.references.host_functions)
+    timing-form       time_matmul(A, B, warmup=W, runs=R): W untimed launches before the first event, R
+                      runs each of one launch between two recorded events, each end event synchronised
+                      before time_since, and the median of those R times returned in seconds (on the
+                      emulator too: its events measure wall-clock time)
+    timing-plausible  on a GPU: that median within a factor PLAUSIBLE_FACTOR of the grader's own median for
+                      the same kernel and shape (grader.kernels.timing); not graded on the emulator
 """
 from __future__ import annotations
 
@@ -29,13 +24,15 @@ import statistics
 
 import numpy as np
 
-from grader.grading import student_process
-from grader.grading.checks.common import function_check, new_seed
+from grader.grading.checks import host_calls
+from grader.grading.checks.host_calls import Call
+from grader.grading.protocol import FUNCTION_HANG, Check, Context, Outputs
 from grader.grading.report import NOT_GRADED, CheckResult
 from grader.kernels import sgemm, timing
-from grader.kernels.host_log import KERNEL, HostLog, recording, reference_seconds
+from grader.kernels.host_log import KERNEL, HostLog, reference_seconds
 from grader.kernels.stages import cdiv
-from grader.platform.backend import drivers
+from grader.platform.wire import Opaque
+from grader.references.host_functions import gflops_of
 
 MATMUL, GFLOPS, TIMING = "matmul", "gflops", "time_matmul"
 SHAPES = [(70, 100, 37), (33, 65, 129), (1, 45, 3), (129, 1, 64), (97, 250, 20)]     # M, N, K: no multiple of 32
@@ -50,25 +47,16 @@ def _shape(M, N, K) -> str:
     return f"M={M} N={N} K={K}"
 
 
-def _load(source: str, name: str, check: str, seed):
-    try:
-        return student_process.load(source, name)
-    except Exception as e:              # the student's Python, run as a module: anything it raises is theirs
-        return CheckResult.make(check, False, f"your code does not define {name}(...): {type(e).__name__}: {e}",
-                                details={"seed": seed})
-
-
 def _dims_ok(launch) -> bool:
     """The launch's grid and block were 3 ints each (as recorded)."""
     return all(isinstance(d, tuple) and len(d) == 3 and all(isinstance(v, int) for v in d)
                for d in (launch.grid, launch.block))
 
 
-def _raised(e: Exception, log: HostLog) -> str:
-    if isinstance(e, NotImplementedError) and not str(e):
-        return "your function is not written yet (it raises NotImplementedError: replace that line with your code)"
-    text = f"your function raised {type(e).__name__}: {e}"
-    if "invalid type on parameter" in str(e):
+def _raised(call: Call) -> str:
+    """What the exception says, and what the recorded launch suggests about it."""
+    text, log = call.raised_text(), call.log
+    if "invalid type on parameter" in call.raised[1]:
         text += (" - a kernel's int parameters must be passed as numpy.int32(M), numpy.int32(N), numpy.int32(K) "
                  "(a Python int has no fixed size)")
     launches = log.launches()
@@ -159,8 +147,11 @@ def _dtype_causes(A: np.ndarray, B: np.ndarray, c_shape: tuple, log: HostLog) ->
 
 
 def _as_matrix(C, shape: tuple) -> tuple[np.ndarray | None, str]:
-    if hasattr(C, "gpudata") and not isinstance(C, np.ndarray):
-        return None, "your function returned a GPUArray: copy C back to the host (c_gpu.get()) and return that"
+    if type(C).__name__ in ("GPUArray", "DeviceAllocation"):
+        return None, (f"your function returned a {type(C).__name__}: copy C back to the host (c_gpu.get()) and "
+                      "return that")
+    if isinstance(C, Opaque):
+        return None, f"your function returned {C!r} ({type(C).__name__}), not a numpy array"
     try:
         C = np.asarray(C)
     except Exception as e:       # an object numpy cannot convert: say what it was
@@ -172,21 +163,46 @@ def _as_matrix(C, shape: tuple) -> tuple[np.ndarray | None, str]:
     return C, ""
 
 
-def _one_case(matmul, A: np.ndarray, B: np.ndarray, drv) -> tuple[bool, str]:
+def _inputs(seed: int, float64: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    if float64:
+        M, N, K = FLOAT64_SHAPE
+        return [(rng.random((M, K)), rng.random((K, N)))]         # float64, like np.random.rand
+    return [sgemm.random_inputs(M, N, K, rng) for M, N, K in SHAPES]
+
+
+def _collect_calls(source: str, name: str, argument_lists, watch: bool = True) -> Outputs:
+    """The student's function called on each (args, kwargs), each call as data."""
+    function = host_calls.load(source, name)
+    if isinstance(function, str):
+        return {"load_error": function}, {}
+    arrays: dict = {}
+    calls = [host_calls.call(function, *args, watch=watch, **kwargs).to_data(arrays, f"value{i}")
+             for i, (args, kwargs) in enumerate(argument_lists)]
+    return {"calls": calls}, arrays
+
+
+def _calls(outputs: Outputs, n: int) -> list[Call] | str:
+    """The collected calls, or what the student reads when there are none."""
+    meta, arrays = outputs
+    if meta.get("load_error"):
+        return meta["load_error"]
+    calls = [Call.from_data(d, arrays) for d in meta.get("calls", [])]
+    return calls if len(calls) == n else "the grading process returned no result for every call"
+
+
+def _one_case(call: Call, A: np.ndarray, B: np.ndarray) -> tuple[bool, str]:
     M, K = A.shape
     N = B.shape[1]
-    with recording(drv) as log:
-        try:
-            C = matmul(A, B)
-        except Exception as e:          # the student's Python: anything it raises is their diagnosis
-            return False, f"{_shape(M, N, K)}: {_raised(e, log)}"
-    C, problem = _as_matrix(C, (M, N))
+    if call.raised:
+        return False, f"{_shape(M, N, K)}: {_raised(call)}"
+    C, problem = _as_matrix(call.value, (M, N))
     if C is None:
         return False, f"{_shape(M, N, K)}: {problem}"
     bad, _ = sgemm.wrong_elements(C, A, B)
     if bad.any():
-        return False, explain_wrong(bad, A, B, C, log)
-    launches = log.launches()
+        return False, explain_wrong(bad, A, B, C, call.log)
+    launches = call.log.launches()
     if not launches:
         return False, (f"{_shape(M, N, K)}: C is right, but your function launched no kernel: compute it on the GPU "
                        f"with {KERNEL}")
@@ -194,12 +210,17 @@ def _one_case(matmul, A: np.ndarray, B: np.ndarray, drv) -> tuple[bool, str]:
     return True, f"{_shape(M, N, K)}: all elements correct{how}"
 
 
-def run_matmul_function(matmul, seed: int | None = None) -> CheckResult:
+def collect_matmul(source: str, seed: int, ctx: Context, float64: bool = False) -> Outputs:
+    return _collect_calls(source, MATMUL, [((A, B), {}) for A, B in _inputs(seed, float64)])
+
+
+def judge_matmul(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     name = "matmul-correct"
-    seed = new_seed() if seed is None else int(seed)
-    rng = np.random.default_rng(seed)
-    drv = drivers()[0]
-    results = [_one_case(matmul, *sgemm.random_inputs(M, N, K, rng), drv) for M, N, K in SHAPES]
+    cases = _inputs(seed, False)
+    calls = _calls(outputs, len(cases))
+    if isinstance(calls, str):
+        return CheckResult.make(name, False, calls, details={"seed": seed})
+    results = [_one_case(c, A, B) for c, (A, B) in zip(calls, cases)]
     ok = all(r[0] for r in results)
     head = (f"C = A B right on all {len(SHAPES)} shapes" if ok else
             f"failed on {sum(not r[0] for r in results)} of {len(SHAPES)} shapes") + \
@@ -207,13 +228,17 @@ def run_matmul_function(matmul, seed: int | None = None) -> CheckResult:
     return CheckResult.make(name, ok, head + "\n" + "\n".join(r[1] for r in results), details={"seed": seed})
 
 
-def run_matmul_float64_function(matmul, seed: int | None = None) -> CheckResult:
+def collect_matmul_float64(source: str, seed: int, ctx: Context) -> Outputs:
+    return collect_matmul(source, seed, ctx, float64=True)
+
+
+def judge_matmul_float64(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     name = "matmul-float64"
-    seed = new_seed() if seed is None else int(seed)
-    rng = np.random.default_rng(seed)
-    M, N, K = FLOAT64_SHAPE
-    A, B = rng.random((M, K)), rng.random((K, N))          # float64, like np.random.rand
-    ok, line = _one_case(matmul, A, B, drivers()[0])
+    (A, B), = _inputs(seed, True)
+    calls = _calls(outputs, 1)
+    if isinstance(calls, str):
+        return CheckResult.make(name, False, calls, details={"seed": seed})
+    ok, line = _one_case(calls[0], A, B)
     head = ("right for float64 inputs: your function converts them to float32 before the copy" if ok else
             "failed on float64 inputs (what np.random.rand gives)") + \
         f" (random seed {seed})"
@@ -225,28 +250,33 @@ GFLOPS_CASES = [(1000, 700, 500, 2.5e-3), (4096, 4096, 4096, 0.026), (1, 1, 1, 1
                 (2000, 1500, 1000, 1.3e-3)]
 
 
-def run_gflops_function(gflops, seed: int | None = None) -> CheckResult:
+def collect_gflops(source: str, seed: int, ctx: Context) -> Outputs:
+    return _collect_calls(source, GFLOPS, [(case, {}) for case in GFLOPS_CASES], watch=False)
+
+
+def judge_gflops(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     name = "gflops-formula"
+    calls = _calls(outputs, len(GFLOPS_CASES))
+    if isinstance(calls, str):
+        return CheckResult.make(name, False, calls)
     lines, wrong = [], 0
-    for M, N, K, s in GFLOPS_CASES:
-        want = 2.0 * M * N * K / s / 1e9
-        problem = _gflops_problem(gflops, M, N, K, s, want)
+    for call, (M, N, K, s) in zip(calls, GFLOPS_CASES):
+        problem = _gflops_problem(call, M, N, K, s, gflops_of(M, N, K, s))
         wrong += problem is not None
-        lines.append(problem or f"gflops({M}, {N}, {K}, {s:g}) = {want:.6g}: right")
+        lines.append(problem or f"gflops({M}, {N}, {K}, {s:g}): right")
     head = "right on all inputs" if not wrong else f"wrong on {wrong} of {len(GFLOPS_CASES)} inputs"
     return CheckResult.make(name, not wrong, head + "\n" + "\n".join(lines))
 
 
-def _gflops_problem(gflops, M, N, K, s, want) -> str | None:
-    call = f"gflops({M}, {N}, {K}, {s:g})"
-    try:
-        got = gflops(M, N, K, s)
-    except Exception as e:          # the student's Python
-        if isinstance(e, NotImplementedError) and not str(e):
-            return f"{call}: your function is not written yet (it raises NotImplementedError)"
-        return f"{call} raised {type(e).__name__}: {e}"
+def _gflops_problem(call: Call, M, N, K, s, want) -> str | None:
+    """What is wrong with one answer (None: nothing); never the expected value, which a question asks for."""
+    what = f"gflops({M}, {N}, {K}, {s:g})"
+    if call.raised:
+        return f"{what}: {call.raised_text()}" if call.raised[0] == "NotImplementedError" else \
+            f"{what} raised {call.raised[0]}: {call.raised[1]}"
+    got = call.value
     if not isinstance(got, numbers.Real) or isinstance(got, bool) or not math.isfinite(float(got)):
-        return f"{call} returned {got!r}: expected a finite number"
+        return f"{what} returned {got!r}: expected a finite number"
     if math.isclose(float(got), want, rel_tol=1e-6):
         return None
     ratio = float(got) / want
@@ -254,8 +284,7 @@ def _gflops_problem(gflops, M, N, K, s, want) -> str | None:
              1e3: "1000x too much: GFLOPS are 1e9 FLOP per second (1e6 would be MFLOPS)",
              1e-3: "1000x too little: seconds, not milliseconds, and 1e9 FLOP per GFLOP"}
     why = next((h for r, h in hints.items() if math.isclose(ratio, r, rel_tol=1e-6)), "")
-    return (f"{call} returned {float(got):.6g}, expected 2 M N K / seconds / 1e9 = {want:.6g}"
-            + (f" ({why})" if why else ""))
+    return f"{what} returned {float(got):.6g}, which is not 2 M N K / seconds / 1e9" + (f" ({why})" if why else "")
 
 
 # ---- timing ----------------------------------------------------------------------------------------
@@ -264,20 +293,19 @@ def _timing_inputs(seed: int, on_gpu: bool):
     return sgemm.random_inputs(M, N, K, np.random.default_rng(seed))
 
 
-def _call_timing(time_matmul, A, B, drv) -> tuple[object, HostLog, str | None]:
-    with recording(drv) as log:
-        try:
-            value = time_matmul(A, B, warmup=WARMUP, runs=RUNS)
-        except Exception as e:          # the student's Python
-            text = _raised(e, log)
-            if "time_since" in str(e) or "ElapsedTime" in str(e) or "not ready" in str(e):
-                text += (" - read an event's time only after end.synchronize(): a launch returns before the "
-                         "kernel has run")
-            return None, log, text
+def _timing_value(call: Call) -> tuple[float | None, str | None]:
+    """(the seconds returned, or what is wrong with the call)."""
+    if call.raised:
+        text = _raised(call)
+        if any(w in call.raised[1] for w in ("time_since", "ElapsedTime", "not ready")):
+            text += (" - read an event's time only after end.synchronize(): a launch returns before the "
+                     "kernel has run")
+        return None, text
+    value = call.value
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(float(value)) \
             or float(value) <= 0:
-        return None, log, f"time_matmul returned {value!r}: expected a positive number of seconds"
-    return float(value), log, None
+        return None, f"time_matmul returned {value!r}: expected a positive number of seconds"
+    return float(value), None
 
 
 def form_problems(value: float, log: HostLog, warmup: int = WARMUP, runs: int = RUNS) -> list[str]:
@@ -330,39 +358,57 @@ def form_problems(value: float, log: HostLog, warmup: int = WARMUP, runs: int = 
     return problems
 
 
-def run_timing_form_function(time_matmul, seed: int | None = None) -> CheckResult:
+def collect_timing(source: str, seed: int, ctx: Context) -> Outputs:
+    A, B = _timing_inputs(seed, ctx.gpu)
+    meta, arrays = _collect_calls(source, TIMING, [((A, B), {"warmup": WARMUP, "runs": RUNS})])
+    if ctx.gpu and not meta.get("load_error"):
+        meta["reference_s"] = reference_seconds(A, B)      # the grader's own time of the same kernel and shape
+    return meta, arrays
+
+
+def judge_timing_form(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     name = "timing-form"
-    seed = new_seed() if seed is None else int(seed)
-    on_gpu = timing.on_gpu()
-    A, B = _timing_inputs(seed, on_gpu)
+    A, B = _timing_inputs(seed, ctx.gpu)
     M, K = A.shape
-    call = f"time_matmul(A, B, warmup={WARMUP}, runs={RUNS}) with {_shape(M, B.shape[1], K)}"
-    value, log, error = _call_timing(time_matmul, A, B, drivers()[0])
+    what = f"time_matmul(A, B, warmup={WARMUP}, runs={RUNS}) with {_shape(M, B.shape[1], K)}"
+    calls = _calls(outputs, 1)
+    if isinstance(calls, str):
+        return CheckResult.make(name, False, calls, details={"seed": seed})
+    value, error = _timing_value(calls[0])
     if error:
-        return CheckResult.make(name, False, f"{call}: {error}", details={"seed": seed})
-    problems = form_problems(value, log)
+        return CheckResult.make(name, False, f"{what}: {error}", details={"seed": seed})
+    problems = form_problems(value, calls[0].log)
     if problems:
-        return CheckResult.make(name, False, f"{call} returned {value:.4g} s, but:\n" + "\n".join(problems),
+        return CheckResult.make(name, False, f"{what} returned {value:.4g} s, but:\n" + "\n".join(problems),
                                 details={"seed": seed})
-    clock = "" if on_gpu else " (on the emulator events measure the CPU's wall-clock time, not a GPU's)"
-    return CheckResult.make(name, True, f"{call}: {WARMUP} warm-up launches, {RUNS} timed runs of one launch each "
+    clock = "" if ctx.gpu else " (on the emulator events measure the CPU's wall-clock time, not a GPU's)"
+    return CheckResult.make(name, True, f"{what}: {WARMUP} warm-up launches, {RUNS} timed runs of one launch each "
                             f"between synchronised events, median {value:.4g} s returned{clock}",
                             details={"seed": seed, "seconds": value})
 
 
-def run_timing_plausible_function(time_matmul, seed: int | None = None) -> CheckResult:
+def judge_timing_plausible(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     name = "timing-plausible"
-    if not timing.on_gpu():
+    if not ctx.gpu:
         return CheckResult(name, NOT_GRADED, "not graded: no GPU (on the emulator events measure the CPU's "
                            "wall-clock time; timing-form grades how you time)", 0.0)
-    seed = new_seed() if seed is None else int(seed)
     A, B = _timing_inputs(seed, True)
     M, K = A.shape
     N = B.shape[1]
-    ref = reference_seconds(A, B)
-    value, _, error = _call_timing(time_matmul, A, B, drivers()[0])
+    calls = _calls(outputs, 1)
+    if isinstance(calls, str):
+        return CheckResult.make(name, False, calls, details={"seed": seed})
+    value, error = _timing_value(calls[0])
     if error:
         return CheckResult.make(name, False, f"{_shape(M, N, K)}: {error}", details={"seed": seed})
+    ref = outputs[0].get("reference_s")
+    if not isinstance(ref, (int, float)) or ref <= 0:
+        return CheckResult.grader_error(name, "the grader could not time the reference kernel")
+    measured = [t.ms / 1e3 for t in calls[0].log.timed_runs()]
+    if measured and not math.isclose(value, statistics.median(measured), rel_tol=1e-6):
+        return CheckResult.make(name, False, f"{_shape(M, N, K)}: you returned {value:.4g} s, but the times your "
+                                f"function read from its events have the median {statistics.median(measured):.4g} s",
+                                details={"seed": seed})
     ratio = value / ref
     text = (f"{_shape(M, N, K)}: your median {value * 1e3:.4g} ms, the grader's {ref * 1e3:.4g} ms for the same "
             f"kernel and shape (median of {timing.MIN_REPEAT} runs timed with events, L2 flushed before each): ratio "
@@ -380,24 +426,12 @@ def run_timing_plausible_function(time_matmul, seed: int | None = None) -> Check
                                                      "ratio": ratio})
 
 
-# ---- the registry's entry points: a submission's text ------------------------------------------------
-def _from_source(run, function_name: str, check: str):
-    def from_source(source: str, seed: int | None = None) -> CheckResult:
-        drivers()          # a CUDA context (the primary one) before the student's code runs
-        function = _load(source, function_name, check, seed)
-        if isinstance(function, CheckResult):
-            return function
-        return run(function, seed)
-    return from_source
+def _check(name: str, collect, judge, timeout: float = 300.0) -> Check:
+    return Check(name, collect, judge, timeout, FUNCTION_HANG)
 
 
-run_matmul = _from_source(run_matmul_function, MATMUL, "matmul-correct")
-run_matmul_float64 = _from_source(run_matmul_float64_function, MATMUL, "matmul-float64")
-run_gflops = _from_source(run_gflops_function, GFLOPS, "gflops-formula")
-run_timing_form = _from_source(run_timing_form_function, TIMING, "timing-form")
-run_timing_plausible = _from_source(run_timing_plausible_function, TIMING, "timing-plausible")
-
-
-MATMUL_CHECKS = (function_check("matmul-correct", run_matmul), function_check("matmul-float64", run_matmul_float64))
-GFLOPS_CHECKS = (function_check("gflops-formula", run_gflops),)
-TIMING_CHECKS = (function_check("timing-form", run_timing_form), function_check("timing-plausible", run_timing_plausible))
+MATMUL_CHECKS = (_check("matmul-correct", collect_matmul, judge_matmul),
+                 _check("matmul-float64", collect_matmul_float64, judge_matmul_float64))
+GFLOPS_CHECKS = (_check("gflops-formula", collect_gflops, judge_gflops),)
+TIMING_CHECKS = (_check("timing-form", collect_timing, judge_timing_form),
+                 _check("timing-plausible", collect_timing, judge_timing_plausible))

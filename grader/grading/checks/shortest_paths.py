@@ -4,18 +4,17 @@ Convention: one vertex per cell of C, edges between 4-neighbours, the edge
 u -> v weighs C[v] (entering v costs C[v]); the source's own cost is not
 counted. Sources: the two minimums of C.
 
-    run_distances(source, seed)  both distance maps against scipy's Dijkstra in float64 (relative
+    sssp-distances               both distance maps against scipy's Dijkstra in float64 (relative
                                  tolerance RTOL_PER_HOP * (M + N + 2): float32 sums of that many
                                  positive terms) and converged (one more float32 Bellman-Ford sweep in
                                  numpy changes nothing)
-    run_path(source, seed)       the path from the first minimum to the second: 4-connected, starts and
+    sssp-path                    the path from the first minimum to the second: 4-connected, starts and
                                  ends at the minimums, its cost (sum of C over every cell but the first)
                                  equals the reported distance and Dijkstra's
 
-Each kernel check X is collect_X(source, seed), what the kernel did (run in
-the sandboxed grading process), and judge_X(meta, arrays, gpu), the verdict
-(computed in the process that started it, from those outputs and the seed);
-run_X is both in one process, for tests and tools.
+Each is a Check (grader.grading.protocol): collect_X runs in the sandboxed grading
+process and returns what the kernel did; judge_X gives the verdict from those
+outputs and the seed, in the grader's own process.
 """
 from __future__ import annotations
 
@@ -92,7 +91,7 @@ def _reference_c(A, B):
 
 def _collect(source: str, seed: int, ctx: Context, stop_early: bool = False) -> Outputs:
     """Each shape's distance maps, path and cost, and the grader's C (its SGEMM on the device)."""
-    meta, fns = start_collect(SSSP, source, prepare=top2.prepare_references)
+    meta, fns = start_collect(SSSP, source, prepare=top2.compiled_top2)
     if fns is None:
         return meta, {}
     rng = np.random.default_rng(seed)

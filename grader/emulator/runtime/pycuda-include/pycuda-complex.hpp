@@ -4,12 +4,12 @@
 // libcu++'s cuda::std::complex, which device code can use.
 #pragma once
 extern "C++" {
-#if defined(__NVCC__)
-#include <cuda/std/complex>
-#define EMU_COMPLEX_NS cuda::std
-#else
+#if defined(__EMU_CPU__)
 #include <complex>
 #define EMU_COMPLEX_NS std
+#else
+#include <cuda/std/complex>
+#define EMU_COMPLEX_NS cuda::std
 #endif
 namespace pycuda {
 template <class T> using complex = EMU_COMPLEX_NS::complex<T>;

@@ -128,6 +128,8 @@ def assert_deserved(course: Path) -> None:
         manual = [(s.student.id, g.name) for s in gb.find_assignment(LAB).submissions for nb in s.notebooks
                   for g in nb.grades if g.manual_score is not None]
     assert manual == []
+    setup = next(c for c in autograded_notebook(course, LAB, "a-honest").cells if c.get("id") == "setup")
+    assert [o for o in setup.outputs if o.output_type == "error"] == [], setup.outputs    # the grader imports
     for student in ("b-cell-attack", "c-host-attack"):
         printed = json.dumps([c.get("outputs", []) for c in autograded_notebook(course, LAB, student).cells])
         for leak in ("FORGED", "LEAK", SECRET, "HIDDEN TESTS"):

@@ -45,7 +45,10 @@ from grader.platform import COURSE_ROOT
 
 UNPRIVILEGED = 65534                      # uid and gid of everything sandboxed ("nobody")
 HELPER = Path(__file__).with_name("namespaces.py")
-ANSWERS = (COURSE_ROOT / "solutions", COURSE_ROOT / "labs", COURSE_ROOT / "grader" / "references")
+# The reference solutions and the source notebooks (hidden tests). grader/references/ is not among them
+# while `import grader` imports it (grader/__init__.py -> frontend -> registry -> checks): a notebook's
+# kernel must import the grader; a student's function that reaches into it is refused by its check.
+ANSWERS = (COURSE_ROOT / "solutions", COURSE_ROOT / "labs")
 
 _state: tuple[str | None, str] | None = None
 _protected: list[str] = []
@@ -63,7 +66,7 @@ def protect(paths) -> None:
 
 def hidden_from_student_code() -> list[str]:
     """What a process running a student's code (a notebook's kernel, a student's function) must not see:
-    the answers (solutions/, the source notebooks, grader/references/) and everything protected."""
+    the answers (ANSWERS) and everything protected."""
     return _resolved(ANSWERS) + [p for p in _protected if p not in _resolved(ANSWERS)]
 
 

@@ -21,8 +21,10 @@ recorded with a hash of its files and of the assignment's source: running the
 command again grades only what is new or changed; a run that was killed
 loses no grade already merged, and the next run grades the rest.
 
-At the end: per-submission time, GPU seconds, the slowest, the failures, also
-as CSV (COURSE_DIR/class-autograde/ASSIGNMENT/summary.csv unless --csv).
+At the end: per-submission time, GPU seconds, the slowest, the failures, what
+each submission tried (FLAGGED: a refused source, a forbidden system call, code
+naming the gradebook or mounts, a worker's score that is not the one computed),
+also as CSV (COURSE_DIR/class-autograde/ASSIGNMENT/summary.csv unless --csv).
 """
 from __future__ import annotations
 

@@ -13,16 +13,19 @@ instead of its traceback, which would show the hidden test's lines.
 
 The autograde pipeline (nbgrader_config.py) trusts nothing a notebook's
 cells do:
-- SandboxedExecute runs the notebook in a kernel that bubblewrap keeps from
-  the answers (solutions/, the source notebooks, the gradebook, other
-  students' folders) and from other processes; a kernel that dies (os._exit)
-  ends the run, not the autograde.
+- SandboxedExecute runs the notebook in a kernel in the sandbox of student
+  code (grader.platform.sandbox: uid 65534, no capabilities, the answers, the
+  gradebook and every student's folder hidden, its own process namespace,
+  a copy of the notebook's folder its only writable place); a kernel that
+  dies (os._exit) ends the run, not the autograde.
 - GradeFromSource then grades every test cell from the notebook's text (its
   hidden test restored by nbgrader, the student's values read without running
   them: grader.course.regrade), each check in a fresh sandboxed process, and writes
   that result in place of what the cell printed. Whatever a cell patched
   (numpy, the grader, the display hook) or planted (a build in a cache)
-  cannot change a score.
+  cannot change a score. What a submission tried (a refused source, a
+  forbidden system call, code naming the gradebook or mounts) goes to
+  nbgrader's log, and with the scores to GradeFromSource.record when set.
 """
 from __future__ import annotations
 

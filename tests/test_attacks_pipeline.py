@@ -115,6 +115,8 @@ def run_grader(user: str, course: Path, command: list[str], cwd: Path) -> subpro
     if user == "ordinary":
         if os.geteuid() != 0:
             pytest.skip("only root can run the grader as another user")
+        if shutil.which("bwrap") is None:
+            pytest.skip("an ordinary user's sandbox is bubblewrap's, and it is not installed")
         plan = sandbox.plan([str(course.parent)], str(cwd), uid=ORDINARY_UID, network=True)
         sandbox._give(str(course.parent), ORDINARY_UID)
         command = [sys.executable, "-I", str(sandbox.HELPER), json.dumps(plan), *command]
@@ -199,3 +201,32 @@ def test_regrade_runs_nothing_that_writes_and_names_what_differs(serial_root, tm
     p = regrade()
     assert p.returncode == 1, p.stdout[-3000:]
     assert "1 score(s) differ from the gradebook: a-honest/q-idle-test" in p.stdout, p.stdout[-3000:]
+
+
+def test_the_class_merge_takes_scores_from_what_was_computed(serial_root, tmp_path):
+    """A worker's gradebook with a score that GradeFromSource did not compute (something else wrote it),
+    and a cell it did not score at all: the course gets the computed score, no automatic points for the
+    other cell, both flagged for manual grading and named."""
+    from grader.course import gradebook_merge
+    course, _ = serial_root
+    worker, target = tmp_path / "worker.db", tmp_path / "course.db"
+    shutil.copy(course / "gradebook.db", worker)
+    shutil.copy(course / "gradebook.db", target)
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{worker}", course_id="sgemm-lab") as gb:
+        gb.find_grade("q-idle-test", NB, LAB, "b-cell-attack").auto_score = 1.0
+        gb.find_grade("gflops-test", NB, LAB, "b-cell-attack").auto_score = 1.0
+        gb.db.commit()
+    computed = {g: s for g, s in DESERVED.items() if g != "gflops-test"}
+    computed["q-idle-test"] = 0.0
+    with Gradebook(f"sqlite:///{target}", course_id="sgemm-lab") as gb:
+        flagged = gradebook_merge.merge_submission(gb, f"sqlite:///{worker}", LAB, "b-cell-attack",
+                                                   {NB: {"scores": computed, "tried": ["cell 3 uses mount"]}})
+        idle = gb.find_grade("q-idle-test", NB, LAB, "b-cell-attack")
+        gflops = gb.find_grade("gflops-test", NB, LAB, "b-cell-attack")
+        blocks = gb.find_grade("q-blocks-test", NB, LAB, "b-cell-attack")
+        assert (idle.auto_score, idle.needs_manual_grade) == (0.0, True)
+        assert (gflops.auto_score, gflops.needs_manual_grade) == (0.0, True)
+        assert (blocks.auto_score, blocks.needs_manual_grade) == (1.0, False)
+    assert any("q-idle-test" in f and "computed 0" in f for f in flagged), flagged
+    assert f"{NB}/cell 3 uses mount" in flagged

@@ -272,12 +272,12 @@ def child_command() -> list[str]:
 
 def _apply_limits(cpu_seconds: float, gpu: bool = False) -> list[str]:
     """Set this process's resource limits; returns the ones that could not be set.
-    On a GPU the address space stays unlimited: the CUDA driver reserves far
-    more virtual memory than it uses, and fails under RLIMIT_AS."""
+    On a GPU the data segment is limited instead of the address space: the CUDA
+    driver reserves far more virtual memory than it uses, and fails under RLIMIT_AS."""
     missing = []
     limits = dict(LIMITS, RLIMIT_CPU=int(cpu_seconds) + 1, RLIMIT_NPROC=_user_processes() + EXTRA_PROCESSES)
     if gpu:
-        limits.pop("RLIMIT_AS")
+        limits["RLIMIT_DATA"] = limits.pop("RLIMIT_AS")
     for name, value in limits.items():
         what = getattr(resource, name, None)
         if what is None:

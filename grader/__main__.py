@@ -7,6 +7,7 @@ Students and instructors:
                                                              nbgrader's autograde of a whole class, in parallel
   regrade COURSE_DIR ASSIGNMENT [--differences] [--student ID]
                                                              grade again from the cells' text; list what differs
+  publish OUT [--url URL] [--github OWNER/REPO]              the course as students get it, without its answers
 Maintainers (results/ records what they print):
   bench            every reference stage through the grader: GFLOPS against cuBLAS on a GPU
   bench-graphs     labs 7 and 8 (top-2, shortest paths) against their baselines
@@ -27,6 +28,7 @@ COMMANDS = {
     "student": "grader.course.student",
     "autograde": "grader.course.class_autograde",
     "regrade": "grader.course.regrade",
+    "publish": "grader.course.publish",
     "bench": "grader.programs.bench",
     "bench-graphs": "grader.programs.bench_graphs",
     "autotune": "grader.programs.autotune",
@@ -46,7 +48,14 @@ def main(argv: list[str]) -> int:
         print(f"unknown command '{command}'\n{__doc__}")
         return 2
     # Only the command asked for is imported (bench pulls in the timing code, autograde nbgrader).
-    return importlib.import_module(COMMANDS[command]).main(rest)
+    try:
+        program = importlib.import_module(COMMANDS[command])
+    except ModuleNotFoundError as e:
+        if e.name != COMMANDS[command]:
+            raise
+        print(f"'{command}' is the instructor's: it is not part of this copy of the course")
+        return 2
+    return program.main(rest)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,11 @@ from grader.grading.checks import autotuning as at
 from grader.grading.registry import run_here
 from grader.grading.report import NOT_GRADED, PASSED
 from grader.kernels.stages import warptile_shared_bytes
+from grader.kernels.warptile_tuner import config_key
 from grader.platform import devices
 from grader.references import autotune_search as search_lists
 from grader.references.autotune_rules import (
     PARAMS,
-    config_key,
     derived,
     register_budget,
     registers_needed,
@@ -258,7 +258,7 @@ def test_the_tuner_checks_a_configuration_on_the_backend():
     """What the notebook's search and the GPU check call: a right kernel passes, a wrong warp index does not."""
     import grader
     from grader.kernels.stages import stage, tuned_config
-    from grader.references.autotune_rules import WarptileTuner
+    from grader.kernels.warptile_tuner import WarptileTuner
     grader.use_backend(announce=False)
     c = tuned_config("default")
     assert WarptileTuner().check(c) is None

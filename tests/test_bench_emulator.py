@@ -93,8 +93,8 @@ def test_device_peaks_of_the_emulated_h200():
 def test_recorded_command_is_relative_to_the_repository():
     from grader.programs.recorded_command import ROOT, recorded_command
     argv = ["--out", str(ROOT / "results" / "x"), "--sizes", "1024,4000x3000x2000", "--note", "two words"]
-    assert (recorded_command("bench", argv, environ={"GRADER_BACKEND": "gpu"}) ==
+    assert (recorded_command("bench", argv, backend="gpu") ==
             "GRADER_BACKEND=gpu python3 -m grader bench --out results/x --sizes 1024,4000x3000x2000 "
             "--note 'two words'")
-    assert recorded_command("bench-graphs", ["--out", "/elsewhere/out"], environ={}) == \
+    assert recorded_command("bench-graphs", ["--out", "/elsewhere/out"], backend="auto") == \
         "python3 -m grader bench-graphs --out /elsewhere/out"

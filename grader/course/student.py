@@ -1,14 +1,17 @@
 """python -m grader student LAB [--to DIR] [--force]: a student's copy of a lab.
 
-Runs nbgrader's generate_assignment (the course's own preprocessors: kernel
-bodies become `// YOUR CODE HERE`, hidden tests are removed) in a scratch
-course folder, so nothing is left in the repository but the copy itself,
-`student/LAB/` by default. A copy that is already there is the student's
-work: it is kept unless --force.
+In the course repository it runs nbgrader's generate_assignment (the course's
+own preprocessors: kernel bodies become `// YOUR CODE HERE`, hidden tests are
+removed) in a scratch course folder, so nothing is left in the repository but
+the copy itself; in the student distribution (python -m grader publish), whose
+labs/ hold the released notebooks already, it copies those. The copy goes to
+`student/LAB/` by default. A copy that is already there is the student's work:
+it is kept unless --force.
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import os
 import shutil
@@ -20,6 +23,9 @@ from grader.platform import COURSE_ROOT
 
 ROOT = COURSE_ROOT
 LABS = ROOT / "labs"
+# The student distribution has no nbgrader configuration: its labs/ hold the released notebooks.
+DISTRIBUTION = not (ROOT / "nbgrader_config.py").exists()
+_released: dict[str, list[Path]] = {}
 
 
 def labs() -> list[str]:
@@ -49,21 +55,35 @@ def scratch_course(*lab_names: str):
             os.environ["PATH"] = path
 
 
+def released_notebooks(lab: str) -> list[Path]:
+    """The released notebooks of `lab`: nbgrader's generate_assignment output (made once per process, in a
+    folder removed at exit), or in the student distribution the notebooks of labs/LAB."""
+    if DISTRIBUTION:
+        return sorted((LABS / lab).glob("*.ipynb"))
+    if lab not in _released:
+        folder = Path(tempfile.mkdtemp(prefix=f"released-{lab}-"))
+        atexit.register(shutil.rmtree, folder, True)
+        with scratch_course(lab) as (course, api):
+            result = api.generate_assignment(lab, force=True)
+            if not result["success"]:
+                raise RuntimeError(f"nbgrader could not make the copy:\n{result.get('error') or result.get('log')}")
+            for nb in (course / "release" / lab).glob("*.ipynb"):
+                shutil.copy(nb, folder / nb.name)
+        _released[lab] = sorted(folder.glob("*.ipynb"))
+    return _released[lab]
+
+
 def make_copy(lab: str, dest: Path, force: bool = False) -> list[Path]:
     """Write the student copy of `lab` into dest/lab; the notebooks written."""
     target = dest / lab
     if target.exists() and any(target.glob("*.ipynb")) and not force:
         raise FileExistsError(f"{target} already holds a copy (your work?): open it, or pass --force "
                               "to replace it with a fresh one")
-    with scratch_course(lab) as (course, api):
-        result = api.generate_assignment(lab, force=True)
-        if not result["success"]:
-            raise RuntimeError(f"nbgrader could not make the copy:\n{result.get('error') or result.get('log')}")
-        target.mkdir(parents=True, exist_ok=True)
-        written = []
-        for nb in sorted((course / "release" / lab).glob("*.ipynb")):
-            shutil.copy(nb, target / nb.name)
-            written.append(target / nb.name)
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for nb in released_notebooks(lab):
+        shutil.copy(nb, target / nb.name)
+        written.append(target / nb.name)
     return written
 
 

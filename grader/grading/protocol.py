@@ -45,6 +45,7 @@ class Check:
     timeout: float = 240.0            # seconds for the whole grading process (start, compile, every launch)
     hang_hint: str = KERNEL_HANG
     timed_on_reference: bool = True   # its launch budgets come from its own run on the reference solution
+    needs_answers: bool = False       # it grades against grader.references (not in the student distribution)
 
 
 def run_here(check: Check, submission: str, seed: int, ctx: Context) -> CheckResult:

@@ -31,11 +31,11 @@ import numpy as np
 from grader.kernels import sgemm, stages, timing
 from grader.kernels.stages import autotuned_for, stage
 from grader.kernels.timing import NO_GPU, arithmetic_intensity
+from grader.kernels.warptile_tuner import describe
 from grader.platform import devices
 from grader.platform.backend import current as current_backend
 from grader.programs.recorded_command import ROOT, recorded_command
 from grader.references import occupancy
-from grader.references.autotune_rules import describe
 
 # Large squares, a small one, a non-square one, few outputs with a long K, tall-skinny and short-wide.
 DEFAULT_SIZES = "1024,2048,4096,8192,4000x3000x2000,512x512x8192,8192x128x8192,128x8192x8192"

@@ -82,8 +82,8 @@ def run_file(source: Path, name: str, device_memory_gb: float, timeout: float) -
     repo = COURSE_ROOT
     with tempfile.TemporaryDirectory(prefix="pycuda-compat-") as tmp:
         report = Path(tmp, "report.xml")
-        env = dict(os.environ, PYTHONPATH=str(repo), GRADER_EMULATOR_DEVICE_MEMORY=str(int(device_memory_gb * 2**30)),
-                   GRADER_EMULATOR_TIMEOUT=os.environ.get("GRADER_EMULATOR_TIMEOUT", "30"))
+        run_settings = settings.current().with_(emulator_memory=int(device_memory_gb * 2**30), emulator_timeout=30.0)
+        env = dict(os.environ, PYTHONPATH=str(repo), **settings.environment(run_settings))
         cmd = [sys.executable, "-m", "pytest", str(source / "test" / name), "-p", "grader.programs.emulator_compat",
                "-p", "no:cacheprovider", "-q", "-o", "addopts=", f"--junitxml={report}", f"--rootdir={tmp}"]
         try:

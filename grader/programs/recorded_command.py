@@ -2,24 +2,23 @@
 so that it can be copied and run again on another machine."""
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path
 
-from grader.platform import COURSE_ROOT
+from grader.platform import COURSE_ROOT, settings
 
 ROOT = COURSE_ROOT
 
 
-def recorded_command(command: str, argv: list[str], environ=os.environ) -> str:
+def recorded_command(command: str, argv: list[str], backend: str | None = None) -> str:
     """`[GRADER_BACKEND=...] python3 -m grader command args`, with paths inside
-    the repository made relative to its root."""
+    the repository made relative to its root; the backend setting when it is not the default."""
     def relative(arg: str) -> str:
         path = Path(arg)
         if path.is_absolute() and path.resolve().is_relative_to(ROOT):
             return str(path.resolve().relative_to(ROOT))
         return arg
 
-    backend = environ.get("GRADER_BACKEND")
-    words = ([f"GRADER_BACKEND={backend}"] if backend else []) + ["python3", "-m", "grader", command]
+    backend = backend or settings.current().backend
+    words = ([f"GRADER_BACKEND={backend}"] if backend != "auto" else []) + ["python3", "-m", "grader", command]
     return " ".join(words + [shlex.quote(relative(a)) for a in argv])

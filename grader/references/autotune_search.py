@@ -6,8 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 from grader.kernels.stages import tuned_config
+from grader.kernels.warptile_tuner import config_key, is_config
 from grader.platform.devices import H200
-from grader.references.autotune_rules import config_key, rule_violations
+from grader.references.autotune_rules import rule_violations
 
 
 def _default() -> dict:
@@ -93,14 +94,6 @@ class FakeSpace:
             if best is None or self.ms[config_key(c)] < self.ms[config_key(best)]:
                 best = c
         return best
-
-
-def is_config(c) -> bool:
-    try:
-        config_key(c)
-        return True
-    except (TypeError, KeyError, ValueError):
-        return False
 
 
 def fake_spaces() -> list[FakeSpace]:

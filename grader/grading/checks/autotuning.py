@@ -24,22 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from grader.grading import answers
 from grader.grading.checks import host_calls, performance
 from grader.grading.checks.host_calls import Call
 from grader.grading.protocol import FUNCTION_HANG, Check, Context, Outputs
 from grader.grading.report import FAILED, NOT_GRADED, CheckResult
+from grader.kernels.stages import WARPTILE_PARAMS as PARAMS
 from grader.kernels.stages import stage
-from grader.platform.devices import A100, H200, L4
-from grader.references.autotune_rules import (
-    PARAMS,
-    WarptileTuner,
-    config_key,
-    describe,
-    device_limits,
-    rule_violations,
-    violations,
-)
-from grader.references.autotune_search import fake_spaces, gpu_candidates, is_config, resource_configs, tile_configs
+from grader.kernels.warptile_tuner import WarptileTuner, config_key, describe, is_config
+from grader.platform.devices import A100, H200, L4, device_limits
 
 VIOLATIONS, SEARCH = "violations", "search"
 SHOWN = 6                     # wrong verdicts listed in a message
@@ -72,10 +65,24 @@ def _calls(outputs: Outputs) -> list[Call] | str:
 
 
 # ---- violations ---------------------------------------------------------------------------------
+def _rules(c: dict, limits) -> list[str]:
+    """The grader's own verdict: why c breaks a rule (grader.references.autotune_rules), [] when it breaks none."""
+    return answers.module("autotune_rules").rule_violations(c, limits)
+
+
+def _violations(c: dict, limits) -> list[str]:
+    """The grader's rules and the bank conflicts they predict, what the GPU search's reject_fn answers."""
+    return answers.module("autotune_rules").violations(c, limits)
+
+
+def _lists():
+    return answers.module("autotune_search")
+
+
 def _rules_cases(name: str) -> list[tuple[str, object, dict]]:
     if name == "rules-tiles":
-        return [("H200", H200.limits, c) for c in tile_configs()]
-    return [(d, L, c) for d, L in DEVICES for c in resource_configs()]
+        return [("H200", H200.limits, c) for c in _lists().tile_configs()]
+    return [(d, L, c) for d, L in DEVICES for c in _lists().resource_configs()]
 
 
 def _collect_rules(name: str):
@@ -96,7 +103,7 @@ def _judge_rules(name: str, what: str):
             return CheckResult.make(name, False, "the grading process returned no answer for every configuration")
         wrong, raised, right = [], [], 0
         for call, (device, limits, c) in zip(calls, cases):
-            want = rule_violations(c, limits)
+            want = _rules(c, limits)
             if call.raised:
                 raised.append(f"{describe(c)} ({device}): your violations() raised {call.raised[0]}: {call.raised[1]}"
                               + (f"; the grader rejects it: {want[0]}" if want else "; the grader accepts it"))
@@ -134,7 +141,7 @@ def collect_search_fake(source: str, seed: int, ctx: Context) -> Outputs:
     if isinstance(function, str):
         return {"load_error": function}, {}
     arrays, runs = {}, []
-    for i, space in enumerate(fake_spaces()):
+    for i, space in enumerate(_lists().fake_spaces()):
         call = host_calls.call(function, [dict(c) for c in space.candidates], space.reject_fn, space.check_fn,
                                space.time_fn)
         asked = [[fn, c if isinstance(c, dict) and is_config(c) else repr(c)[:200]] for fn, c in space.calls]
@@ -150,7 +157,7 @@ def judge_search_fake(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     if meta.get("load_error"):
         return CheckResult.make(name, False, meta["load_error"])
     runs = meta.get("runs", [])
-    spaces = fake_spaces()
+    spaces = _lists().fake_spaces()
     if runs and _not_written(Call.from_data(runs[-1]["call"], arrays)):
         return CheckResult.make(name, False, host_calls.NOT_WRITTEN)
     if len(runs) != len(spaces):
@@ -164,18 +171,18 @@ def judge_search_fake(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             continue
         got, problems = call.value, []
         compiled = [(fn, c) for fn, c in run["asked"] if fn != "reject_fn" and is_config(c)
-                    and rule_violations(c, H200.limits)]
+                    and _rules(c, H200.limits)]
         if compiled:
             fn, c = compiled[0]
             problems.append(f"it called {fn} (which compiles the kernel) on {describe(c)}, which reject_fn "
-                            f"rejects ({rule_violations(c, H200.limits)[0]}): reject a configuration before "
+                            f"rejects ({_rules(c, H200.limits)[0]}): reject a configuration before "
                             "compiling it")
         if got is not None and not is_config(got):
             problems.append(f"it returned {got!r}: return one of the candidates (a dict), or None")
         elif (None if got is None else config_key(got)) != (None if want is None else config_key(want)):
             why = ""
-            if got is not None and rule_violations(got, H200.limits):
-                why = f" - an invalid configuration (reject_fn: {rule_violations(got, H200.limits)[0]})"
+            if got is not None and _rules(got, H200.limits):
+                why = f" - an invalid configuration (reject_fn: {_rules(got, H200.limits)[0]})"
             elif got is not None and config_key(got) in space.wrong:
                 why = f" - an incorrect one (check_fn: {space.wrong[config_key(got)]})"
             elif got is not None and space.ms.get(config_key(got)) is not None and want is not None \
@@ -210,15 +217,15 @@ def collect_search_gpu(source: str, seed: int, ctx: Context) -> Outputs:
     if isinstance(function, str):
         return {"load_error": function}, {}
     limits = device_limits()
-    cands = gpu_candidates()
+    cands = _lists().gpu_candidates()
     tuner = WarptileTuner(seed=seed)
-    tuner.precompile([c for c in cands if not violations(c, limits)])
-    call = host_calls.call(function, [dict(c) for c in cands], lambda c: violations(c, limits), tuner.check,
+    tuner.precompile([c for c in cands if not _violations(c, limits)])
+    call = host_calls.call(function, [dict(c) for c in cands], lambda c: _violations(c, limits), tuner.check,
                            tuner.time)
     arrays: dict = {}
     meta = {"call": call.to_data(arrays, "chosen"), "candidates": len(cands)}
     chosen = call.value
-    if call.raised or not is_config(chosen) or violations({p: int(chosen[p]) for p in PARAMS}, limits):
+    if call.raised or not is_config(chosen) or _violations({p: int(chosen[p]) for p in PARAMS}, limits):
         return meta, arrays
     chosen = {p: int(chosen[p]) for p in PARAMS}
     meta["chosen"] = chosen
@@ -246,7 +253,7 @@ def judge_search_gpu(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         return CheckResult.make(name, False, f"your search returned {chosen!r} from {meta['candidates']} "
                                 "candidates, among them valid and correct ones: nothing to time")
     if "chosen" not in meta:
-        why = violations({p: int(chosen[p]) for p in PARAMS}, H200.limits)
+        why = _violations({p: int(chosen[p]) for p in PARAMS}, H200.limits)
         return CheckResult.make(name, False, f"your search chose {describe(chosen)}, which the grader's rules "
                                 f"reject ({why[0] if why else 'on this GPU'})")
     chosen = meta["chosen"]
@@ -263,9 +270,11 @@ def judge_search_gpu(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
 VIOLATIONS_CHECKS = (
     Check("rules-tiles", _collect_rules("rules-tiles"), _judge_rules(
         "rules-tiles", "threads, warp tiles, sub-tiles, lanes, float4, tile sizes, loads; H200 limits"), 120,
-        FUNCTION_HANG),
+        FUNCTION_HANG, needs_answers=True),
     Check("rules-resources", _collect_rules("rules-resources"), _judge_rules(
         "rules-resources", "shared memory and registers; limits of the H200, the A100 and the L4"), 120,
-        FUNCTION_HANG))
-SEARCH_CHECKS = (Check("search-fake-space", collect_search_fake, judge_search_fake, 120, FUNCTION_HANG),
-                 Check("search-tuned-performance", collect_search_gpu, judge_search_gpu, 600, FUNCTION_HANG))
+        FUNCTION_HANG, needs_answers=True))
+SEARCH_CHECKS = (Check("search-fake-space", collect_search_fake, judge_search_fake, 120, FUNCTION_HANG,
+                       needs_answers=True),
+                 Check("search-tuned-performance", collect_search_gpu, judge_search_gpu, 600, FUNCTION_HANG,
+                       needs_answers=True))

@@ -23,13 +23,13 @@ import numbers
 
 import numpy as np
 
+from grader.grading import answers
 from grader.grading.checks import host_calls
 from grader.grading.protocol import FUNCTION_HANG, Check, Context, Outputs
 from grader.grading.report import NOT_GRADED, CheckResult
 from grader.kernels.stages import stage
 from grader.platform import devices
 from grader.platform.backend import drivers
-from grader.references import occupancy
 
 HOST_FUNCTION = "blocks_per_sm"
 TABLE, CUDA = "h200-limits", "cuda-occupancy-api"
@@ -72,7 +72,7 @@ def random_cases(rng: np.random.Generator, n: int = RANDOM_CASES) -> list[tuple[
 
 
 def expected(regs: int, smem: int, threads: int, limits: devices.Limits = devices.H200.limits) -> int:
-    return occupancy.occupancy(regs, smem, threads, limits).blocks_per_sm
+    return answers.module("occupancy").occupancy(regs, smem, threads, limits).blocks_per_sm
 
 
 def _answers(function, inputs) -> list:
@@ -261,5 +261,5 @@ def judge_cuda(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
                             + note, details=details)
 
 
-CHECKS = (Check(TABLE, collect_table, judge_table, 120, FUNCTION_HANG),
-          Check(CUDA, collect_cuda, judge_cuda, 300, FUNCTION_HANG))
+CHECKS = (Check(TABLE, collect_table, judge_table, 120, FUNCTION_HANG, needs_answers=True),
+          Check(CUDA, collect_cuda, judge_cuda, 300, FUNCTION_HANG, needs_answers=True))

@@ -3,6 +3,7 @@ same run (grader.kernels.timing), and the stage's threshold from grader/grading/
 On the emulator: "not graded: no GPU" - never a pass."""
 from __future__ import annotations
 
+from grader.grading import answers
 from grader.grading.checks import correctness, thresholds
 from grader.grading.checks.common import start_stage_collect
 from grader.grading.protocol import Check, Context, Outputs
@@ -56,6 +57,9 @@ def collect(source: str, seed: int, ctx: Context) -> Outputs:
     kernels = [(function, stage.launch(M, N, K))]
     if th.fraction_of_previous is not None:         # timed in the same rounds, after the submission
         prev = stage_by_id(th.previous)
+        if not prev.source_path.exists():           # a copy of the course without its solutions
+            meta["previous"] = {"status": "no reference", "detail": answers.GRADED_WHEN_SUBMITTED}
+            return meta, arrays
         kernels.append((compile_kernel(prev), prev.launch(M, N, K)))
     measured = timing.measure_sgemms(kernels, timing.make_workload(M, N, K), budget_s=BUDGET_S,
                                      lock_wait_s=LOCK_WAIT_S)
@@ -92,6 +96,8 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     bars = [("your kernel", gflops), ("cuBLAS", cublas)]
     if th.fraction_of_previous is not None:
         pm = meta.get("previous") or {"status": "missing", "detail": "not measured"}
+        if pm.get("status") == "no reference":
+            return CheckResult(NAME, NOT_GRADED, pm["detail"], 0.0, output=log)
         if pm.get("status") != "ok" or not isinstance(pm.get("gflops"), (int, float)) or pm["gflops"] <= 0:
             return CheckResult(NAME, FAILED, f"{shape}: the '{th.previous}' reference kernel could not be timed "
                                f"({pm.get('status')}: {pm.get('detail')}); ask your instructor", 0.0, output=log)

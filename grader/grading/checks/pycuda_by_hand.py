@@ -24,6 +24,7 @@ import statistics
 
 import numpy as np
 
+from grader.grading import answers
 from grader.grading.checks import host_calls
 from grader.grading.checks.host_calls import Call
 from grader.grading.protocol import FUNCTION_HANG, Check, Context, Outputs
@@ -32,7 +33,6 @@ from grader.kernels import sgemm, timing
 from grader.kernels.host_log import KERNEL, HostLog, reference_seconds
 from grader.kernels.stages import cdiv
 from grader.platform.wire import Opaque
-from grader.references.host_functions import gflops_of
 
 MATMUL, GFLOPS, TIMING = "matmul", "gflops", "time_matmul"
 SHAPES = [(70, 100, 37), (33, 65, 129), (1, 45, 3), (129, 1, 64), (97, 250, 20)]     # M, N, K: no multiple of 32
@@ -261,7 +261,7 @@ def judge_gflops(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         return CheckResult.make(name, False, calls)
     lines, wrong = [], 0
     for call, (M, N, K, s) in zip(calls, GFLOPS_CASES):
-        problem = _gflops_problem(call, M, N, K, s, gflops_of(M, N, K, s))
+        problem = _gflops_problem(call, M, N, K, s, answers.module("host_functions").gflops_of(M, N, K, s))
         wrong += problem is not None
         lines.append(problem or f"gflops({M}, {N}, {K}, {s:g}): right")
     head = "right on all inputs" if not wrong else f"wrong on {wrong} of {len(GFLOPS_CASES)} inputs"
@@ -432,6 +432,6 @@ def _check(name: str, collect, judge, timeout: float = 300.0) -> Check:
 
 MATMUL_CHECKS = (_check("matmul-correct", collect_matmul, judge_matmul),
                  _check("matmul-float64", collect_matmul_float64, judge_matmul_float64))
-GFLOPS_CHECKS = (_check("gflops-formula", collect_gflops, judge_gflops),)
+GFLOPS_CHECKS = (Check("gflops-formula", collect_gflops, judge_gflops, 300.0, FUNCTION_HANG, needs_answers=True),)
 TIMING_CHECKS = (_check("timing-form", collect_timing, judge_timing_form),
                  _check("timing-plausible", collect_timing, judge_timing_plausible))

@@ -1,0 +1,193 @@
+"""The course as students get it (python -m grader publish): a repository with every lab's released notebook
+and the grader, and no answer: no solution kernel, no line of a solution region or hidden test, no expected
+value, no reference function. In a fresh clone and a fresh venv, following its README, the self-checks run:
+the reference answers pass (or say "graded when you submit"), a broken answer per lab fails with its
+diagnosis, and no output shows a hidden expected value; a hosted notebook's first cell installs the course."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grader.course import publish
+
+pytestmark = pytest.mark.pipeline
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCE_NOTEBOOKS = sorted((REPO / "labs").glob("*/*.ipynb"))
+BEGIN, END = "BEGIN SOLUTION", "END SOLUTION"
+
+
+def _regions(source: str, begin: str, end: str) -> tuple[list[str], list[str]]:
+    """(lines inside begin/end regions, lines outside them) of a cell."""
+    inside, outside, within = [], [], False
+    for line in source.splitlines():
+        if begin in line:
+            within = True
+        elif end in line:
+            within = False
+        else:
+            (inside if within else outside).append(line.strip())
+    return inside, outside
+
+
+def _answers() -> tuple[set[str], set[str], dict[str, list[float]]]:
+    """(solution and hidden-test lines, every line the course shows, {lab: hidden expected values})."""
+    secret, shown, expected = set(), set(), {}
+    for path in SOURCE_NOTEBOOKS:
+        for cell in nbformat.read(str(path), as_version=4).cells:
+            solution, rest = _regions(cell.source, BEGIN, END)
+            hidden, rest = _regions("\n".join(rest), "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+            secret |= set(solution) | set(hidden)
+            shown |= set(rest)
+            for line in hidden:
+                call = re.match(r"grader\.grade_answer\(\w+, ([^,]+),", line)
+                if call:
+                    expected.setdefault(path.parent.name, []).append(float(ast.literal_eval(call.group(1))))
+    return secret, shown, expected
+
+
+@pytest.fixture(scope="module")
+def distribution(tmp_path_factory) -> Path:
+    out = publish.publish(tmp_path_factory.mktemp("published") / "sgemm-lab", url=None, budgets=False)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(out)], check=True)
+    subprocess.run(["git", "-C", str(out), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(out), "-c", "user.name=course", "-c", "user.email=course@example.org",
+                    "commit", "-qm", "the course"], check=True)
+    return out
+
+
+def test_the_distribution_holds_no_answer(distribution):
+    files = [p for p in distribution.rglob("*") if p.is_file() and ".git" not in p.parts]
+    names = {str(p.relative_to(distribution)) for p in files}
+    assert not any(n.startswith(("solutions", "grader/references", "tests", "results")) for n in names), names
+    assert "nbgrader_config.py" not in names and "grader/course/nbgrader_ext.py" not in names
+    secret, shown, _ = _answers()
+    telling = {line for line in secret - shown if len(line) >= 16 and not line.startswith(("//", "#"))}
+    assert len(telling) > 100                               # the test can fail: there are answers to look for
+    text = "\n".join(p.read_text(errors="replace") for p in files if p.suffix in (".py", ".ipynb", ".md", ".json"))
+    found = sorted(line for line in telling if line in text)
+    assert not found, f"answers in the distribution: {found[:10]}"
+    references = {m.group(1) for p in (REPO / "grader" / "references").glob("*.py")
+                  for m in re.finditer(r"^def (\w+)", p.read_text(), re.M)}
+    defined = {m.group(1) for p in files if p.suffix == ".py" for m in re.finditer(r"^def (\w+)", p.read_text(), re.M)}
+    assert not references & defined, references & defined
+    for nb in distribution.glob("labs/*/*.ipynb"):
+        assert "grade_answer(" not in nb.read_text(), nb
+
+
+def test_its_notebooks_are_the_released_ones(distribution):
+    for lab in sorted(p.name for p in (REPO / "labs").iterdir() if p.is_dir()):
+        released = list((distribution / "labs" / lab).glob("*.ipynb"))
+        assert released, lab
+        text = released[0].read_text()
+        assert "// YOUR CODE HERE" in text or "raise NotImplementedError()" in text or "YOUR ANSWER HERE" in text
+        assert "COURSE_URL = None" in text
+
+
+def _venv(where: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True)
+    return where / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def clone(distribution, tmp_path_factory) -> tuple[Path, Path]:
+    """The published README's steps, word for word: clone, a fresh venv, install (the lab extra)."""
+    here = tmp_path_factory.mktemp("student")
+    subprocess.run(["git", "clone", "-q", str(distribution), str(here / "sgemm-lab")], check=True)
+    python = _venv(here / ".venv")
+    readme = (here / "sgemm-lab" / "README.md").read_text()
+    assert 'python3 -m pip install -e ".[lab]"' in readme and "python3 -m grader student 00-pycuda-by-hand" in readme
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", ".[lab]"], cwd=here / "sgemm-lab", check=True)
+    return here / "sgemm-lab", python
+
+
+# One broken answer per lab and what its diagnosis must say; the reference answers come from the course's
+# own source notebooks, pasted in as a student would.
+BROKEN = {
+    "00-pycuda-by-hand": ("pycuda-matmul", "grid = ((N + block[0] - 1) // block[0], (M + block[1] - 1) // block[1], 1)",
+                          "grid = (N // block[0], M // block[1], 1)", "one block short"),
+    "01-naive-coalesced": ("coalesced", "if (row < M && col < N)", "if (true)", "outside"),
+    "02-smem-tiling": ("smem-tiling", "__syncthreads();", "", "race"),
+    "03-register-blocking": ("blocktile-1d", "__syncthreads();", "", "race"),
+    "04-bank-conflicts": ("transpose", "__syncthreads();", "", "race"),
+    "05-float4-double-buffering": ("vectorized", "__syncthreads();", "", "race"),
+    "06-warptiling-autotuning": ("warptiling", "__syncthreads();", "", "race"),
+    "07-minimums": ("top2", "__syncthreads();", "", "race"),
+    "08-shortest-paths": ("sssp", "__syncthreads();", "", "race"),
+}
+
+
+def _solution_of(lab: str, exercise: str) -> str:
+    """The reference answer of an exercise: the source notebook's cell that grades it, as grader check reads it."""
+    from grader.grading import registry
+    from grader.programs.check import kernel_source_from_notebook
+    notebook = next((REPO / "labs" / lab).glob("*.ipynb"))
+    if registry.get(exercise).host_function is None:
+        return kernel_source_from_notebook(notebook, exercise)[1]
+    from grader.course.static_values import code_cells, read_values
+    from grader.grading.host_functions import source_from_cells
+    cells = [c.source for c in code_cells(nbformat.read(str(notebook), as_version=4))]
+    return source_from_cells(cells, read_values(cells))
+
+
+@pytest.mark.parametrize("lab", sorted(BROKEN))
+def test_self_checks_in_a_fresh_clone(clone, lab, tmp_path):
+    where, python = clone
+    exercise, old, new, says = BROKEN[lab]
+    _, _, expected = _answers()
+    reference = _solution_of(lab, exercise)
+    assert old in reference, (lab, old)
+    outputs = []
+    for source, broken in ((reference, False), (reference.replace(old, new, 1), True)):
+        path = tmp_path / ("broken" if broken else "reference")
+        path.write_text(source)
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GRADER_BACKEND": "emulator",
+               "GRADER_EMULATOR_CACHE": str(tmp_path / "cache")}
+        p = subprocess.run([str(python), "-m", "grader", "check", str(path), "--exercise", exercise, "--json"],
+                           cwd=where, env=env, capture_output=True, text=True, timeout=900)
+        report = json.loads(p.stdout)
+        statuses = {r["name"]: r["status"] for r in report["results"]}
+        outputs.append(p.stdout)
+        if broken:
+            assert p.returncode == 1 and "failed" in statuses.values(), (lab, statuses)
+            assert says in p.stdout, (lab, p.stdout[-3000:])
+        else:
+            assert p.returncode == 0 and set(statuses.values()) <= {"passed", "not graded"}, (lab, p.stdout[-3000:])
+    for value in expected.get(lab, []):
+        shown = f"{value:.6g}"
+        if not value.is_integer() or value >= 1000:                 # small integers are everywhere (shapes)
+            assert not any(shown in out for out in outputs), (lab, shown)
+
+
+def test_a_hosted_notebook_installs_the_course_in_its_first_cell(distribution, tmp_path):
+    """A fresh environment with only Jupyter, the released notebook and the course as a git URL."""
+    python = _venv(tmp_path / "jupyter")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "nbclient", "ipykernel", "nbformat"], check=True)
+    released = next((distribution / "labs" / "00-pycuda-by-hand").glob("*.ipynb"))
+    notebook = tmp_path / released.name
+    notebook.write_text(released.read_text())
+    publish.set_url(notebook, f"git+file://{distribution}")
+    nb = nbformat.read(str(notebook), as_version=4)
+    first_check = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "grader.check(" in c.source)
+    nb.cells = nb.cells[:first_check + 1]
+    nbformat.write(nb, str(notebook))
+    runner = ("import sys, nbformat\nfrom nbclient import NotebookClient\n"
+              "nb = nbformat.read(sys.argv[1], as_version=4)\n"
+              "NotebookClient(nb, timeout=900, kernel_name='python3').execute()\n"
+              "print(nbformat.writes(nb))\n")
+    env = {"PATH": f"{python.parent}{os.pathsep}{os.environ['PATH']}", "HOME": str(tmp_path),
+           "GRADER_EMULATOR_CACHE": str(tmp_path / "cache")}
+    p = subprocess.run([str(python), "-c", runner, str(notebook)], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=1200)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    ran = nbformat.reads(p.stdout, as_version=4)
+    text = "\n".join(str(o) for c in ran.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert "kernels run on the emulator" in text and "not written yet" in text, text[-3000:]

@@ -115,7 +115,7 @@ def test_what_student_code_and_grading_processes_must_not_see(tmp_path, monkeypa
     protected = {str(course / f) for f in ("labs", "submitted", "autograded", "feedback", "class-autograde",
                                            "gradebook.db")}
     assert set(sandbox.hidden_from_grading()) == protected
-    answers = {str(REPO / "solutions"), str(REPO / "labs")}
+    answers = {str(REPO / "solutions"), str(REPO / "labs"), str(REPO / "grader" / "references")}
     assert set(sandbox.hidden_from_student_code()) == protected | answers
 
 

@@ -45,10 +45,9 @@ from grader.platform import COURSE_ROOT
 
 UNPRIVILEGED = 65534                      # uid and gid of everything sandboxed ("nobody")
 HELPER = Path(__file__).with_name("namespaces.py")
-# The reference solutions and the source notebooks (hidden tests). grader/references/ is not among them
-# while `import grader` imports it (grader/__init__.py -> frontend -> registry -> checks): a notebook's
-# kernel must import the grader; a student's function that reaches into it is refused by its check.
-ANSWERS = (COURSE_ROOT / "solutions", COURSE_ROOT / "labs")
+# The reference solutions, the source notebooks (hidden tests) and the grader's answers (grader.grading.answers
+# imports them only when a check needs them: the grader imports without them).
+ANSWERS = (COURSE_ROOT / "solutions", COURSE_ROOT / "labs", COURSE_ROOT / "grader" / "references")
 
 _state: tuple[str | None, str] | None = None
 _protected: list[str] = []

@@ -253,9 +253,12 @@ def regrade_at(cells: list, index: int, test_source: str) -> tuple[Regraded, Not
 
 
 def tried_in_text(cells: list) -> list[str]:
-    """The words of TRIED in a notebook's code cells (a lab needs none of them)."""
+    """The words of TRIED in the code cells a student wrote (a lab needs none of them; the course's own
+    read-only cells are not the student's)."""
     found = []
     for i, cell in enumerate(cells):
+        if cell.get("metadata", {}).get("nbgrader", {}).get("locked"):
+            continue
         for word in dict.fromkeys(m.group(0) for m in TRIED.finditer(cell.source)):
             found.append(f"cell {i + 1} uses {word}")
     return found

@@ -328,7 +328,3 @@ def forbid_new_programs() -> None:
     if libc.syscall(_ARCHES[arch][1], 1, 1, ctypes.byref(program)) != 0:
         raise OSError(ctypes.get_errno(), "seccomp filter refused")
     _locked = True
-
-
-def new_programs_forbidden() -> bool:
-    return _locked

@@ -97,9 +97,9 @@ def _under(path: str, folders) -> bool:
     return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
 
 
-def _enterable(st: os.stat_result, bits: int, uid: int, gid: int) -> bool:
+def _enterable(st: os.stat_result, uid: int, gid: int) -> bool:
     shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
-    return (st.st_mode >> shift) & bits == bits
+    return bool((st.st_mode >> shift) & 1)
 
 
 def _blocking_parent(path: str, uid: int, gid: int) -> str | None:
@@ -108,7 +108,7 @@ def _blocking_parent(path: str, uid: int, gid: int) -> str | None:
     for i in range(1, len(parts)):
         folder = str(Path(*parts[:i]))
         try:
-            if not _enterable(os.stat(folder), 1, uid, gid):
+            if not _enterable(os.stat(folder), uid, gid):
                 return folder
         except OSError:
             return None

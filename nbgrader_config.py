@@ -13,12 +13,12 @@ c = get_config()  # noqa: F821  (nbgrader provides it)
 c.CourseDirectory.source_directory = "labs"
 c.CourseDirectory.course_id = "sgemm-lab"
 
-# Written out: ClearSolutions replaced by the CUDA-aware one (grader/nbgrader_ext.py).
+# Written out: ClearSolutions replaced by the CUDA-aware one (grader/course/preprocessors/).
 c.GenerateAssignment.preprocessors = [
     "nbgrader.preprocessors.IncludeHeaderFooter",
     "nbgrader.preprocessors.InstantiateTests",
     "nbgrader.preprocessors.LockCells",
-    "grader.course.nbgrader_ext.ClearCudaSolutions",
+    "grader.course.preprocessors.ClearCudaSolutions",
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.CheckCellMetadata",
     "nbgrader.preprocessors.ComputeChecksums",
@@ -29,15 +29,15 @@ c.GenerateAssignment.preprocessors = [
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
 
-# Autograde trusts nothing the notebook's cells do (grader/nbgrader_ext.py): they run in a sandboxed
+# Autograde trusts nothing the notebook's cells do (grader/course/preprocessors/): they run in a sandboxed
 # kernel, and every test cell is graded again from the notebook's text before the grades are saved.
 c.Autograde.autograde_preprocessors = [
-    "grader.course.nbgrader_ext.SandboxedExecute",
+    "grader.course.preprocessors.SandboxedExecute",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
-    "grader.course.nbgrader_ext.GradeFromSource",
+    "grader.course.preprocessors.GradeFromSource",
     "nbgrader.preprocessors.LimitOutput",
-    "nbgrader.preprocessors.SaveAutoGrades",
+    "grader.course.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
@@ -46,7 +46,7 @@ c.Autograde.autograde_preprocessors = [
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
-    "grader.course.nbgrader_ext.HideTestErrors",
+    "grader.course.preprocessors.HideTestErrors",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
 

@@ -291,7 +291,7 @@ def test_failures_fake_gpus_and_a_killed_run(classes, tmp_path):
     course = _copy(pristine, tmp_path / "course", good)
     for student in ("answers-only", "answers-partial"):
         _hand_in(course, student, lambda cells, edit=CLASS[student]: (edit(cells), _probe(cells)))
-    # Autograde grades from the notebook's text (grader.course.nbgrader_ext): a kernel that dies ends its run, not
+    # Autograde grades from the notebook's text (grader.course.preprocessors): a kernel that dies ends its run, not
     # its grading; in the sandbox a cell cannot even reach its worker to kill it.
     from grader.platform.sandbox import mechanism
     survive = {"kernel-dies": _kernel_dies, **({"kills-worker": _kills_its_worker} if mechanism()[0] else {})}

@@ -160,7 +160,7 @@ def test_sanity_check_says_missing_wrong_type_implausible_and_plausible(capsys):
 
 
 def test_release_answers_are_none_so_the_copy_runs_top_to_bottom():
-    from grader.course.nbgrader_ext import answer_stub
+    from grader.course.preprocessors import answer_stub
     assert answer_stub(["AI = 2 * 4096**3 / (4 * 3 * 4096**2)"]) == ["AI = None  # YOUR ANSWER HERE"]
     assert answer_stub(["A = 1", "B = A + 1"]) == ["A = None  # YOUR ANSWER HERE", "B = None  # YOUR ANSWER HERE"]
     assert answer_stub(["    c, M, N = top2.sgemm_on_device(A, B)", "    return c"]) is None     # code: nbgrader's stub

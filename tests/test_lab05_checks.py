@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from grader.grading import registry
-from grader.grading.checks import alignment, bank_conflicts
+from grader.grading.checks import alignment, bank_conflicts, races
 from grader.grading.registry import run_here
 from grader.kernels.stages import stage
 
@@ -83,6 +83,19 @@ def test_alignment_catches_a_forgotten_c_in_double_buffering():
 def test_alignment_reports_a_kernel_that_does_not_compile():
     r = run_here(VEC, alignment.CHECK, VEC.source().replace("const bool vec", "const bool vec vec"), 3)
     assert not r.passed and "does not compile" in r.message
+
+
+def test_races_run_the_float4_path():
+    """A __syncthreads() missing only from the float4 path's loop is found (on the races check's shape whose
+    N and K are multiples of 4), at the lines that race."""
+    source = VEC.source()
+    vec_loop = "load_tiles(true, M, N, K, A, B, rowBase, colBase, k0, As, Bs);\n            __syncthreads();\n"
+    assert source.count(vec_loop) == 1
+    r = run_here(VEC, races.CHECK, source.replace(vec_loop, vec_loop.replace("__syncthreads();", ""), 1), 3)
+    assert not r.passed
+    assert r.message.startswith("M=36 N=40 K=20") and "race(s) on shared or global memory" in r.message, r.message
+    described = [ln for ln in r.message.splitlines() if "touch the same word" in ln]
+    assert described and len(described) == len(set(described)), r.message      # each race said once
 
 
 def test_bank_conflicts_need_a_kernel_that_computes_c():

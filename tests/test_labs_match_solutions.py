@@ -17,7 +17,7 @@ LABS = REPO / "labs"
 NOTEBOOKS = sorted(LABS.glob("*/*.ipynb"))
 
 # The solution markers of a kernel cell (CUDA comments inside the kernel string; nbgrader's
-# ClearCudaSolutions, grader/nbgrader_ext.py, turns the region into `// YOUR CODE HERE`).
+# ClearCudaSolutions, grader/course/preprocessors/, turns the region into `// YOUR CODE HERE`).
 BEGIN, END = "// BEGIN SOLUTION", "// END SOLUTION"
 CLEAR_OUTPUTS = "clear it in JupyterLab (Edit > Clear Outputs of All Cells) and save"
 
@@ -157,10 +157,10 @@ def test_nbgrader_config_loads():
     from traitlets.config.loader import PyFileConfigLoader
     c = PyFileConfigLoader("nbgrader_config.py", path=str(REPO)).load_config()
     assert c.CourseDirectory.source_directory == "labs"
-    assert "grader.course.nbgrader_ext.ClearCudaSolutions" in c.GenerateAssignment.preprocessors
+    assert "grader.course.preprocessors.ClearCudaSolutions" in c.GenerateAssignment.preprocessors
     assert "nbgrader.preprocessors.ClearSolutions" not in c.GenerateAssignment.preprocessors
     assert "nbgrader.preprocessors.ClearHiddenTests" in c.GenerateFeedback.preprocessors
     assert c.Execute.kernel_name == "python3" and 10 <= c.Execute.timeout <= 120   # the notebook only runs
     steps = c.Autograde.autograde_preprocessors
-    assert steps[0] == "grader.course.nbgrader_ext.SandboxedExecute"
-    assert steps.index("grader.course.nbgrader_ext.GradeFromSource") < steps.index("nbgrader.preprocessors.SaveAutoGrades")
+    assert steps[0] == "grader.course.preprocessors.SandboxedExecute"
+    assert steps.index("grader.course.preprocessors.GradeFromSource") < steps.index("grader.course.preprocessors.SaveAutoGrades")

@@ -95,7 +95,7 @@ def test_regrade_survives_the_memory_bomb_and_a_broken_notebook(tmp_path, monkey
 
 
 def test_feedback_hides_a_failed_tests_traceback():
-    from grader.course.nbgrader_ext import HideTestErrors
+    from grader.course.preprocessors import HideTestErrors
     cell = nbformat.v4.new_code_cell("### BEGIN HIDDEN TESTS\nassert np.allclose(AI_4096, 682.666)\n")
     cell.metadata["nbgrader"] = {"grade": True, "solution": False, "grade_id": "q", "points": 1}
     cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="682.666",

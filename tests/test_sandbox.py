@@ -173,7 +173,7 @@ def test_device_code_that_starts_a_process_is_stopped_and_reported(tmp_path):
 
 # ---- the autograde kernel -------------------------------------------------------------------------------
 def test_the_autograde_kernel_sees_no_answer_and_writes_nowhere(tmp_path):
-    """nbgrader's kernel at autograde time (grader.course.nbgrader_ext.SandboxedKernelManager): the answers,
+    """nbgrader's kernel at autograde time (grader.course.preprocessors.SandboxedKernelManager): the answers,
     the course's gradebook and every student's folder look empty; what it writes goes to a copy of its
     folder, never into the course."""
     pytest.importorskip("nbgrader")
@@ -181,7 +181,7 @@ def test_the_autograde_kernel_sees_no_answer_and_writes_nowhere(tmp_path):
 
     from traitlets.config import Config
 
-    from grader.course.nbgrader_ext import SandboxedKernelManager, protect_course
+    from grader.course.preprocessors import SandboxedKernelManager, protect_course
     _sandbox_or_fail()
     course = tmp_path / "course"
     own = course / "autograded" / "alice" / "A"

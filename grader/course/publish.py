@@ -28,7 +28,8 @@ from grader.platform import COURSE_ROOT, backend, settings
 # What stays with the instructor: the answers, nbgrader's autograde side, the programs that need the solutions.
 INSTRUCTOR_ONLY = (
     "grader/references",
-    *(f"grader/course/{m}.py" for m in ("nbgrader_ext", "regrade", "gradebook", "gradebook_merge",
+    "grader/course/preprocessors",
+    *(f"grader/course/{m}.py" for m in ("regrade", "gradebook", "gradebook_merge",
                                         "class_autograde", "class_grading", "slurm_array", "publish")),
     *(f"grader/programs/{m}.py" for m in ("autograde_labs", "autotune", "bench", "bench_graphs", "emulator_bench",
                                           "emulator_validate", "emulator_compat", "numba_tiled",

@@ -43,6 +43,7 @@ from grader.course.static_values import (
 )
 from grader.grading import frontend, registry
 from grader.grading.host_functions import source_from_cells
+from grader.grading.report import GRADER_ERROR
 from grader.platform import sandbox
 
 READ_MEMORY = 2 << 30        # bytes of memory reading one notebook's values may take (MemoryError past it)
@@ -171,6 +172,8 @@ def _regrade_exercise(t: ExerciseTest, cells: list[str], values: NotebookValues)
     report = frontend.check(t.exercise, submission, [t.check], announce=False)
     r = report[t.check]
     tried = [f"{t.check}: {kind}" for kind in attempts_of(r)]
+    if r.status == GRADER_ERROR:
+        return None, f"not recomputed: {r.message.splitlines()[0]}", report.cell_text(t.check), tried
     return round(t.points * r.fraction, 3), f"{t.check}: {r.status}", report.cell_text(t.check), tried
 
 

@@ -19,7 +19,7 @@ visible self-check and the hidden test cells of a notebook share them.
 At autograde time (nbgrader sets NBGRADER_EXECUTION=autograde) nothing is
 graded inside the notebook, whose cells may have patched anything: check,
 grade and grade_answer say so and return nothing earned, and the autograder
-grades each test cell from the notebook's text (grader.course.nbgrader_ext.GradeFromSource).
+grades each test cell from the notebook's text (grader.course.preprocessors.GradeFromSource).
 """
 from __future__ import annotations
 

@@ -213,7 +213,7 @@ class RemoteFunction:
                "emulated": self.device.emulated}
         try:
             self.process = subprocess.Popen(sandbox.wrap(interpreter.command(__name__, "serve"), [self.folder],
-                                                         self.folder),
+                                                         self.folder, hidden=sandbox.hidden_from_student_code()),
                                             env=env, cwd=self.folder, stdin=subprocess.PIPE, text=True,
                                             pass_fds=(to_child_r, from_child_w))
         finally:

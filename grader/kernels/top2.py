@@ -81,11 +81,25 @@ _compiled: dict = {}
 def compiled_top2():
     """The reference top2 kernel (solutions/top2.cu), compiled once per process and backend: the lab 8
     driver launches it, and a grading process compiles nothing once it runs a submission's kernels
-    (grader.grading.checks.common.lock_down)."""
+    (grader.grading.checks.common.lock_down). None where this copy of the course has no solutions (a
+    student's): minimums() then finds the minimums on the host."""
+    if not TOP2.exists():
+        return None
     key = drivers()[0]
     if key not in _compiled:
         _compiled[key] = TOP2.compile()[0]["top2"]
     return _compiled[key]
+
+
+def minimums(c, M: int, N: int, function=None) -> tuple[tuple[float, int, int], tuple[float, int, int]]:
+    """The two minimums of the M x N matrix at c on the device: by the top2 kernel `function`, or without
+    one by numpy from C read back."""
+    if function is None:
+        C = np.empty((M, N), np.float32)
+        drivers()[0].memcpy_dtoh(C, c)
+        return reference_top2(C, N)
+    k1, k2 = top2_keys(function, c, M * N)
+    return unpack(k1, N), unpack(k2, N)
 
 
 def sgemm_on_device(A: np.ndarray, B: np.ndarray, function=None, stage_id: str = SGEMM_STAGE):

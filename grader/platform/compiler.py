@@ -108,6 +108,10 @@ class Kernels:
     def solution(self) -> str:
         return (SOLUTIONS_DIR / self.file).read_text()
 
+    def exists(self) -> bool:
+        """Whether this copy of the course holds the solution (a student's does not)."""
+        return (SOLUTIONS_DIR / self.file).exists()
+
     def compile(self, source: str | None = None, on_emulator: bool = False, options=()) -> tuple[dict, str]:
         """({name: Function}, compiler log) of `source` (the reference solution by default)."""
         return compile_kernels(self.solution() if source is None else source, self.names, options, on_emulator)

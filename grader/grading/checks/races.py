@@ -22,7 +22,9 @@ from grader.kernels import sgemm
 from grader.platform.backend import drivers
 
 NAME = "races"
-SHAPE = (45, 39, 37)                 # not a tile multiple: edge blocks are exercised
+# Neither a tile multiple (edge blocks run); the second has N and K multiples of 4, so that a kernel with a
+# float4 path and a scalar one runs both.
+SHAPES = ((45, 39, 37), (36, 40, 20))
 ORDER_SEEDS = (0x5EED1, 0xC0FFEE)
 SHOW = 3
 
@@ -47,32 +49,71 @@ def _launch(driver, function, stage, A, B, stopped: list, budget_key: tuple):
     return C, None
 
 
-
 def collect(source: str, seed: int, ctx: Context) -> Outputs:
-    """What the kernel did, nothing judged: C in each thread order, the analysis' races and bad accesses."""
+    """What the kernel did on each shape, nothing judged: C in each thread order, the analysis' races and
+    bad accesses. Shapes after one where it fails or stops are not run."""
     stage = ctx.stage
     meta, function = start_stage_collect(stage, source, on_emulator=True)
     if function is None:
         return meta, {}
     driver, _ = drivers(on_emulator=True)
-    M, N, K = SHAPE
-    A, B = sgemm.random_inputs(M, N, K, np.random.default_rng(seed))
-    stopped, arrays = [], {}
-    with analysis.thread_order(0), analysis.analysis() as report:
-        C0, meta["failure"] = _launch(driver, function, stage, A, B, stopped, (NAME, "analysed", stage.id, M, N, K))
-    meta["report"] = analysis.report_data(report)
-    meta["orders"] = []
-    if C0 is not None:
-        arrays["C0"] = C0
+    rng = np.random.default_rng(seed)
+    stopped, arrays, meta["shapes"] = [], {}, []
+    for i, (M, N, K) in enumerate(SHAPES):
+        A, B = sgemm.random_inputs(M, N, K, rng)
+        ran = {"orders": []}
+        meta["shapes"].append(ran)
+        with analysis.thread_order(0), analysis.analysis() as report:
+            C0, ran["failure"] = _launch(driver, function, stage, A, B, stopped,
+                                         (NAME, "analysed", stage.id, M, N, K))
+        ran["report"] = analysis.report_data(report)
+        if C0 is None:
+            break
+        arrays[f"{i}:C0"] = C0
         for s in ORDER_SEEDS:
             with analysis.thread_order(s):
                 C1, failure = _launch(driver, function, stage, A, B, stopped, (NAME, "plain", stage.id, M, N, K))
-            meta["orders"].append({"seed": s, "failure": failure})
+            ran["orders"].append({"seed": s, "failure": failure})
             if failure:
                 break
-            arrays[f"C{s}"] = C1
+            arrays[f"{i}:C{s}"] = C1
+        if stopped or ran["failure"] or report.races or report.out_of_bounds:
+            break
     meta["stopped"] = bool(stopped)
     return meta, arrays
+
+
+def _distinct(records) -> list[str]:
+    """The first SHOW different descriptions (two arrays raced on by the same lines read alike)."""
+    return list(dict.fromkeys(analysis.describe(r) for r in records))[:SHOW]
+
+
+def _problems(ran: dict, arrays: dict, i: int, shape: tuple) -> list[str]:
+    M, N, _ = shape
+    report = analysis.report_from(ran.get("report", {}))
+    problems = []
+    if ran.get("failure"):
+        problems.append(f"normal thread order: {ran['failure']}")
+    races, oob = list(report.races), list(report.out_of_bounds)
+    if races:
+        problems.append(f"{len(races)} race(s) on shared or global memory, e.g.:\n  "
+                        + "\n  ".join(_distinct(races)))
+    if oob:
+        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
+                        + "\n  ".join(_distinct(oob)))
+    C0 = returned_matrix(arrays.get(f"{i}:C0"), (M, N))
+    if C0 is not None:
+        problems += analysis.order_problems(
+            C0, ran.get("orders", []), lambda s: returned_matrix(arrays.get(f"{i}:C{s}"), (M, N)),
+            len(ORDER_SEEDS), "C",
+            "threads read data that other threads have not written yet (or overwrite it too early): a missing "
+            "__syncthreads()?")
+        if sgemm.never_written(C0).any():
+            problems.append(f"{int(sgemm.never_written(C0).sum())} element(s) of C were never written: only a kernel "
+                            "that computes C is credited with being race-free")
+    elif not ran.get("failure"):
+        problems.append("the grading process returned no C")
+    return problems
 
 
 def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
@@ -80,37 +121,19 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     meta, arrays = outputs
     if meta.get("compile_error") is not None:
         return does_not_compile(NAME, meta["compile_error"], seed)
-    M, N, K = SHAPE
-    report = analysis.report_from(meta.get("report", {}))
-    problems = []
-    if meta.get("failure"):
-        problems.append(f"normal thread order: {meta['failure']}")
-    races, oob = list(report.races), list(report.out_of_bounds)
-    if races:
-        problems.append(f"{len(races)} race(s) on shared or global memory, e.g.:\n  "
-                        + "\n  ".join(analysis.describe(r) for r in races[:SHOW]))
-    if oob:
-        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
-                        + "\n  ".join(analysis.describe(r) for r in oob[:SHOW]))
-    C0 = returned_matrix(arrays.get("C0"), (M, N))
-    if C0 is not None:
-        problems += analysis.order_problems(
-            C0, meta.get("orders", []), lambda s: returned_matrix(arrays.get(f"C{s}"), (M, N)), len(ORDER_SEEDS), "C",
-            "threads read data that other threads have not written yet (or overwrite it too early): a missing "
-            "__syncthreads()?")
-        if sgemm.never_written(C0).any():
-            problems.append(f"{int(sgemm.never_written(C0).sum())} element(s) of C were never written: only a kernel "
-                            "that computes C is credited with being race-free")
-    elif not meta.get("failure"):
-        problems.append("the grading process returned no C")
-    shape = f"M={M} N={N} K={K}, random seed {seed}"
     log = meta.get("log", "")
-    if problems:
-        return CheckResult.make(NAME, False, f"{shape}:\n" + "\n".join(problems),
-                                details={"seed": seed, **({"did_not_finish": True} if meta.get("stopped") else {})},
-                                output=log)
-    return CheckResult.make(NAME, True, f"{shape}: no races, no out-of-bounds accesses, the same C in "
-                            f"{len(ORDER_SEEDS) + 1} thread orders", details={"seed": seed}, output=log)
+    ran = meta.get("shapes", [])
+    shapes = [f"M={M} N={N} K={K}" for M, N, K in SHAPES]
+    for i, shape in enumerate(SHAPES):
+        problems = (_problems(ran[i], arrays, i, shape) if i < len(ran)
+                    else ["the grading process returned nothing for this shape"])
+        if problems:
+            return CheckResult.make(NAME, False, f"{shapes[i]}, random seed {seed}:\n" + "\n".join(problems),
+                                    details={"seed": seed, **({"did_not_finish": True} if meta.get("stopped") else {})},
+                                    output=log)
+    return CheckResult.make(NAME, True, f"{' and '.join(shapes)}, random seed {seed}: no races, no out-of-bounds "
+                            f"accesses, the same C in {len(ORDER_SEEDS) + 1} thread orders",
+                            details={"seed": seed}, output=log)
 
 
 CHECK = Check(NAME, collect, judge, timeout=240)

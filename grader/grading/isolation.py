@@ -176,6 +176,8 @@ def reference_budgets(ex, gpu: bool, job_settings: Settings) -> dict:
     return _budgets[key]
 
 
+# PyCUDA's and CuPy's caches of compiled kernels, inside the build cache (the sandbox's to write).
+COMPILER_CACHES = {"PYCUDA_CACHE_DIR": "pycuda", "CUPY_CACHE_DIR": "cupy"}
 SHIPPED_BUDGETS = Path(__file__).resolve().parent / "reference_times.json"
 
 
@@ -196,8 +198,7 @@ def _collect(exercise: str, spec, submission: str, seed: int, job_settings: Sett
         env = {k: os.environ[k] for k in INHERITED if k in os.environ}
         env.update(PATH=env.get("PATH") or os.defpath, TMPDIR=tmp, HOME=tmp, MPLBACKEND="Agg",
                    PYTHONWARNINGS="ignore", MPLCONFIGDIR=os.path.join(tmp, "matplotlib"),
-                   CUPY_CACHE_DIR=os.path.join(job_settings.emulator_cache, "cupy"),     # writable in the sandbox
-                   PYCUDA_CACHE_DIR=os.path.join(job_settings.emulator_cache, "pycuda"))
+                   **{var: os.path.join(job_settings.emulator_cache, sub) for var, sub in COMPILER_CACHES.items()})
         read_fd, write_fd = os.pipe()
         job = {"exercise": exercise, "check": None if spec is None else spec.name, "submission": submission, "seed": seed,
                "settings": job_settings.to_dict(), "budgets": budgets, "measure": measure, "path": interpreter.import_path(),
@@ -332,6 +333,8 @@ def child(job: dict) -> int:
     pipe = os.fdopen(job["result_fd"], "wb")
     job_settings = settings.use(Settings.from_dict(job["settings"]), runtime=tuple(job["runtime"]))
     _apply_limits(job["cpu_seconds"], gpu=job_settings.backend == "gpu")
+    for sub in COMPILER_CACHES.values():     # made here: a folder the grader made would not be the sandbox's to write
+        os.makedirs(os.path.join(job_settings.emulator_cache, sub), exist_ok=True)
     chosen = backend.current()              # the backend the job names (GRADER_BACKEND=gpu insists on the GPU)
     ex = registry.get(job["exercise"])
     checks = [ex.check(job["check"])] if job["check"] else [c for c in ex.checks if c.timed_on_reference]

@@ -225,3 +225,18 @@ def test_the_autograde_kernel_sees_no_answer_and_writes_nowhere(tmp_path):
                                                                            "No such file or directory"), out
     assert not (own / "mine.txt").exists() and not (course / "planted.txt").exists()
     assert (course / "gradebook.db").read_text() == "grades" and (REPO / "solutions" / "naive.cu").exists()
+
+
+def test_a_student_function_finds_no_answer_to_put_in_its_feedback():
+    """A host function whose exception carries whatever it can read of the solutions and the source notebooks
+    (the checks show a student's exception text): it finds nothing, so its feedback holds no answer."""
+    _sandbox_or_fail()
+    from grader.grading.registry import run_here
+    source = ("import glob\n\ndef gflops(M, N, K, seconds):\n"
+              f"    found = [open(p).read() for d in ({str(REPO / 'solutions')!r}, {str(REPO / 'labs')!r})\n"
+              "             for p in glob.glob(d + '/**/*.*', recursive=True)]\n"
+              "    raise ValueError(f'{len(found)} files: ' + ' '.join(found)[:20000])\n")
+    result = run_here("pycuda-gflops", "gflops-formula", source, 1)
+    assert not result.passed
+    assert "0 files: " in result.message, result.message[:2000]
+    assert "BEGIN SOLUTION" not in result.message and "__global__" not in result.message

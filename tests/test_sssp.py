@@ -46,6 +46,15 @@ def test_broken_path_fails():
     assert not r.passed and "not at the first minimum" in r.message, r.message
 
 
+def test_races_pass_and_a_missing_barrier_is_named():
+    r = run_here("sssp", "sssp-races", SSSP, 7)
+    assert r.passed, r.text()
+    first = "    __syncthreads();\n\n    // Relax inside the tile"
+    assert first in SSSP
+    r = run_here("sssp", "sssp-races", SSSP.replace(first, "\n    // Relax inside the tile", 1), 7)
+    assert not r.passed and "race(s) on shared memory" in r.message and "loading the tile" in r.message, r.message
+
+
 def test_shortest_paths_transfers():
     rng = np.random.default_rng(1)
     A, B = top2.inputs(40, 50, 8, rng)

@@ -13,7 +13,7 @@
     07   "top2"                CUDA C (solutions/top2.cu)         top2-exact, top2-races
     07   "sgemm-top2"          CUDA C (solutions/sgemm-top2.cu)   sgemm-top2-exact, sgemm-top2-races
     07   "minimums-host"       Python defining minimums(A, B)     host-transfers
-    08   "sssp"                CUDA C (solutions/sssp.cu)         sssp-distances, sssp-path
+    08   "sssp"                CUDA C (solutions/sssp.cu)         sssp-distances, sssp-path, sssp-races
 
 Every check follows grader.grading.protocol (collect in the sandbox, judge
 here); each is defined, as data, in its module under grader/grading/checks.

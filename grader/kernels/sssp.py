@@ -78,7 +78,7 @@ def shortest_paths(A: np.ndarray, B: np.ndarray, sssp_source: str | None = None,
     top2_function = top2_function or top2.compiled_top2()
     drv = driver_of(fns["sssp_relax"])
     c, M, N = top2.sgemm_on_device(A, B)
-    m1, m2 = top2.minimums(c, M, N, top2_function)
+    m1, m2 = top2.minimums_at(c, M, N, top2_function)
     s1, s2 = m1[1] * N + m1[2], m2[1] * N + m2[2]
     maps, rounds = [], []
     for i, s in enumerate((s1, s2)):

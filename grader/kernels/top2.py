@@ -91,7 +91,7 @@ def compiled_top2():
     return _compiled[key]
 
 
-def minimums(c, M: int, N: int, function=None) -> tuple[tuple[float, int, int], tuple[float, int, int]]:
+def minimums_at(c, M: int, N: int, function=None) -> tuple[tuple[float, int, int], tuple[float, int, int]]:
     """The two minimums of the M x N matrix at c on the device: by the top2 kernel `function`, or without
     one by numpy from C read back."""
     if function is None:

@@ -11,6 +11,10 @@ counted. Sources: the two minimums of C.
     sssp-path                    the path from the first minimum to the second: 4-connected, starts and
                                  ends at the minimums, its cost (sum of C over every cell but the first)
                                  equals the reported distance and Dijkstra's
+    sssp-races                   emulator analysis of sssp_relax on a grid of 2 x 2 partial tiles: races
+                                 on shared memory and out-of-bounds or misaligned accesses (blocks
+                                 reading a neighbour tile's distances while it writes them is the
+                                 algorithm's, and harmless: the analysis looks at shared memory only)
 
 Each is a Check (grader.grading.protocol): collect_X runs in the sandboxed grading
 process and returns what the kernel did; judge_X gives the verdict from those
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from grader.grading.checks import emulator_tools as analysis
 from grader.grading.checks.common import (
     does_not_compile,
     launch_budget,
@@ -32,7 +37,7 @@ from grader.grading.protocol import KERNEL_HANG, Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import sgemm, top2
 from grader.kernels.sgemm import driver_of
-from grader.kernels.sssp import SSSP, dijkstra, shortest_paths, sweep
+from grader.kernels.sssp import SSSP, dijkstra, shortest_paths, sssp_distances, sweep
 from grader.platform.backend import drivers
 
 SSSP_HANG = KERNEL_HANG + " a relaxation that never stops changing?"
@@ -222,5 +227,50 @@ def judge_path(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
                             output=meta.get("log", ""))
 
 
+RACES_SHAPE = (45, 39)        # 2 x 2 tiles, the last ones partial
+
+
+def collect_races(source: str, seed: int, ctx: Context) -> Outputs:
+    """The emulator's analysis of sssp_relax run to convergence from a corner of a random C."""
+    meta, fns = start_collect(SSSP, source, on_emulator=True)
+    if fns is None:
+        return meta, {}
+    drv = drivers(on_emulator=True)[0]
+    M, N = RACES_SHAPE
+    c = drv.to_device(np.random.default_rng(seed).uniform(0.5, 1.0, (M, N)).astype(np.float32))
+    try:
+        with launch_budget(("sssp", "races")), analysis.thread_order(0), analysis.analysis() as report:
+            dist, _ = sssp_distances(fns["sssp_relax"], c, M, N, 0)
+            dist.free()
+        meta["report"] = analysis.report_data(report)
+    except launch_errors(drv) as e:
+        meta["failure"] = launch_failure(drv, e)
+    return meta, {}
+
+
+def judge_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+    meta, name = outputs[0], "sssp-races"
+    log = meta.get("log", "")
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    if meta.get("failure") or "report" not in meta:
+        return CheckResult.make(name, False, meta.get("failure") or "the grading process returned no analysis",
+                                details={"seed": seed}, output=log)
+    report = analysis.report_from(meta["report"])
+    problems = []
+    if report.races:
+        problems.append(f"{len(report.races)} race(s) on shared memory - a missing __syncthreads() between "
+                        "loading the tile and relaxing it, or between a relaxation's reads and its writes? e.g.:\n  "
+                        + "\n  ".join(analysis.describe(r) for r in report.races[:SHOW]))
+    if report.out_of_bounds:
+        problems.append(f"{len(report.out_of_bounds)} out-of-bounds or misaligned access(es), e.g.:\n  "
+                        + "\n  ".join(analysis.describe(r) for r in report.out_of_bounds[:SHOW]))
+    M, N = RACES_SHAPE
+    head = "no races on shared memory, no out-of-bounds accesses" if not problems else "\n".join(problems)
+    return CheckResult.make(name, not problems, f"{head} (M={M} N={N}, random seed {seed})",
+                            details={"seed": seed}, output=log)
+
+
 CHECKS = (Check("sssp-distances", collect_distances, judge_distances, timeout=300, hang_hint=SSSP_HANG),
-          Check("sssp-path", collect_path, judge_path, timeout=300, hang_hint=SSSP_HANG))
+          Check("sssp-path", collect_path, judge_path, timeout=300, hang_hint=SSSP_HANG),
+          Check("sssp-races", collect_races, judge_races, timeout=300, hang_hint=SSSP_HANG))

@@ -12,6 +12,7 @@ every cheat no points and says why, the honest kernel keeps its points, and
 the cheats that keep C right when the same buffers are launched again are
 shown to be real: timed over the same buffers, as the old protocol did, they
 look far faster than the honest kernel."""
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ class Cheat:
     stopped_by: str                 # the mechanism of grader.kernels.timing that stops it
     message: str                    # what the performance check says (a regular expression)
     real_over_same_buffers: bool = False    # keeps C right when launched again on the same buffers
+    alone_is_slow: bool = False     # its own full launch is slower than the honest kernel's: compared with
+                                    # itself over two C buffers in turn (the buffers never the last launch's)
 
     def source(self) -> str:
         return (CHEATS_DIR / self.file).read_text()
@@ -49,7 +52,7 @@ CHEATS = [
     Cheat("replay_shape_cache.cu", "new inputs every run", r"run 2 of \d+: \d+ wrong element.*keep state", True),
     Cheat("launch_counter.cu", "every run checked, warm-ups included", r"run 2 of \d+: .*never written", True),
     Cheat("half_now_rest_later.cu", "C poisoned before every run; every element checked",
-          r"run 2 of \d+: .*never written", True),
+          r"run 2 of \d+: .*never written", True, alone_is_slow=True),
     Cheat("shape_detect.cu", "every run at the timed shape checked", r"run 1 of \d+: .*never written"),
     Cheat("lazy_partial.cu", "every element checked", r"run 1 of \d+: .*row 32, column 0.*never written"),
     Cheat("nan_outputs.cu", "NaN and Inf fail !(|C - C_ref| <= tol)", r"run 1 of \d+: .*a NaN the kernel computed"),
@@ -126,7 +129,8 @@ def test_the_honest_kernel_keeps_its_points():
                          ids=[c.file for c in CHEATS if c.real_over_same_buffers])
 def test_the_cheat_is_real_over_the_same_buffers(cheat):
     """The old protocol: check C once, time the same A, B and C again, check C at the end. Each of these
-    cheats passes both checks and looks far faster than the honest kernel: what they exploit is real."""
+    cheats passes both checks and looks far faster than the honest kernel (or than itself when the buffers
+    change): what they exploit is real."""
     import cupy as cp  # optional: GPU machines only
 
     from grader.kernels import sgemm, timing
@@ -139,12 +143,18 @@ def test_the_cheat_is_real_over_the_same_buffers(cheat):
     expected = A @ B
     tol = sgemm.tolerance(cp.abs(A) @ cp.abs(B), K)
     medians = {}
-    for name, source in (("honest", HONEST.read_text()), ("cheat", cheat.source())):
-        C = cp.full((M, N), cp.nan, dtype=cp.float32)
-        run = sgemm.launcher(sgemm.compile_kernel(st, source), st.launch(M, N, K), M, N, K,
-                             A.data.ptr, B.data.ptr, C.data.ptr)
-        run()
-        assert bool((cp.abs(C - expected) <= tol).all()), f"{name}: wrong on its first launch"
+    baseline = cheat.source() if cheat.alone_is_slow else HONEST.read_text()
+    for name, source, buffers in (("baseline", baseline, 2 if cheat.alone_is_slow else 1),
+                                  ("cheat", cheat.source(), 1)):
+        function = sgemm.compile_kernel(st, source)
+        Cs = [cp.full((M, N), cp.nan, dtype=cp.float32) for _ in range(buffers)]
+        runs = [sgemm.launcher(function, st.launch(M, N, K), M, N, K, A.data.ptr, B.data.ptr, C.data.ptr)
+                for C in Cs]
+        turn = itertools.count()
+        run = runs[0] if buffers == 1 else (lambda: runs[next(turn) % buffers]())
+        for one in runs:
+            one()
+        assert all(bool((cp.abs(C - expected) <= tol).all()) for C in Cs), f"{name}: wrong on its first launch"
         medians[name] = timing.time_kernel(run).median_s
-        assert bool((cp.abs(C - expected) <= tol).all()), f"{name}: wrong after the timed runs"
-    assert medians["cheat"] < 0.75 * medians["honest"], medians
+        assert all(bool((cp.abs(C - expected) <= tol).all()) for C in Cs), f"{name}: wrong after the timed runs"
+    assert medians["cheat"] < 0.75 * medians["baseline"], medians

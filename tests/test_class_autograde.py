@@ -43,6 +43,8 @@ from slurm_local import local_slurm  # noqa: E402
 from grader.course import class_autograde  # noqa: E402
 
 LAB, NB = "01-naive-coalesced", "naive-coalesced"
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.xdist_group("class-autograde")]   # the classes, graded once
 REF_SCORE = sum(p for cell, p in points(LAB).items() if not cell.endswith("-performance"))   # without a GPU: 15
 ANSWERS = {"q-intensity": "AI_4096", "q-ridge": "RIDGE_H200", "q-naive-intensity": "AI_NAIVE",
            "q-sectors-naive": "SECTORS_NAIVE_A", "q-sectors-coalesced": "SECTORS_COALESCED_B"}
@@ -247,6 +249,7 @@ def test_four_workers_give_the_serial_gradebook(classes, tmp_path):
     assert _summary(course)["ref"]["status"] == "unchanged (graded)"
 
 
+@pytest.mark.slurm
 def test_slurm_array_gives_the_serial_gradebook(classes, tmp_path):
     pristine, serial = classes
     course = _copy(pristine, tmp_path / "course")

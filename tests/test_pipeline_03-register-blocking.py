@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import nbformat
 import pytest
+from grader.platform.devices import H200
 from nbgrader_course import (
     autograded_notebook,
     cell_output,
@@ -32,6 +33,7 @@ from nbgrader_course import (
 LAB, NB = "03-register-blocking", "register-blocking"
 
 pytest.importorskip("nbgrader")
+pytestmark = [pytest.mark.pipeline, pytest.mark.xdist_group(LAB)]   # one course, autograded once
 
 import grader  # noqa: E402
 
@@ -114,15 +116,15 @@ def test_the_notebook_has_the_cells_the_test_expects():
 
 def test_the_notebooks_limits_are_the_h200s():
     """The constants the student's blocks_per_sm uses are the ones the grader's calculator uses."""
-    from grader.references.occupancy import H200
     cell = next(c for c in source_notebook(LAB).cells if grade_id(c) == "h200-limits")
     values: dict = {}
     exec(cell.source, values)
+    h200 = H200.limits
     assert (values["WARP_SIZE"], values["MAX_THREADS_PER_SM"], values["MAX_BLOCKS_PER_SM"], values["REGS_PER_SM"],
             values["REG_SUB_PARTITIONS"], values["REG_ALLOC_UNIT"], values["SMEM_PER_SM"],
             values["SMEM_RESERVED_PER_BLOCK"], values["SMEM_ALLOC_UNIT"]) == (
-        H200.warp_size, H200.max_threads_per_sm, H200.max_blocks_per_sm, H200.regs_per_sm, H200.reg_sub_partitions,
-        H200.reg_alloc_unit, H200.smem_per_sm, H200.smem_reserved_per_block, H200.smem_alloc_unit)
+        h200.warp_size, h200.max_threads_per_sm, h200.max_blocks_per_sm, h200.regs_per_sm, h200.reg_sub_partitions,
+        h200.reg_alloc_unit, h200.smem_per_sm, h200.smem_reserved_per_block, h200.smem_alloc_unit)
 
 
 def test_release_has_no_solutions(course):

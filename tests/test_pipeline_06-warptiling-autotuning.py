@@ -31,6 +31,7 @@ from nbgrader_course import (
 LAB, NB = "06-warptiling-autotuning", "warptiling-autotuning"
 
 pytest.importorskip("nbgrader")
+pytestmark = [pytest.mark.pipeline, pytest.mark.xdist_group(LAB)]   # one course, autograded once
 
 import grader  # noqa: E402
 

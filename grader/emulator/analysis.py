@@ -163,7 +163,10 @@ class Finding:
             space = "shared" if self.shared else "global"
             return (f"{where}: misaligned address: a {self.size}-byte {space} {what} at 0x{self.address:x}, "
                     f"which is not a multiple of {min(self.size, 16)}")
-        if self.shared or not self.place:
+        if self.shared:
+            return (f"{where}: out-of-bounds {self.size}-byte shared {what}, outside the block's shared arrays "
+                    f"({self.offset:+d} bytes from the start of its shared memory)")
+        if not self.place:
             return (f"{where}: out-of-bounds {self.size}-byte {what} at 0x{self.address:x}: {self.offset:+d} bytes "
                     f"from the start of {self.buffer}")
         return f"{where}: out-of-bounds {self.size}-byte {what} at 0x{self.address:x}, {self.place}"

@@ -63,9 +63,10 @@ def conflicting(report) -> list:
                   key=lambda r: (-r.max_ways, r.ideal_wavefronts - r.wavefronts, r.line))
 
 
-def conflict_report(report, show: int = 4) -> tuple[bool, str, str | None, dict]:
+def conflict_report(report, show: int = 4, label: str = "") -> tuple[bool, str, str | None, dict]:
     """(conflict-free, text, html or None, details) for the launches analysed in `report`:
-    each conflicting line with its n-way and wavefronts, the worst request's bank picture."""
+    each conflicting line with its n-way and wavefronts, the worst request's bank picture
+    (`label`: what the pictures belong to, a configuration)."""
     records = conflicting(report)
     ld, st = int(report.conflicts_ld), int(report.conflicts_st)
     lines = [f"{ld} load and {st} store bank conflicts (extra shared-memory wavefronts, as Nsight Compute "
@@ -75,13 +76,24 @@ def conflict_report(report, show: int = 4) -> tuple[bool, str, str | None, dict]
                      f"{r.wavefronts} wavefronts for {r.requests} requests where {r.ideal_wavefronts} would do")
     if records:
         lines.append(f"worst request (line {records[0].line}), thread to bank:\n{records[0].picture}")
-    html = "".join(f"<pre>line {r.line}, {r.max_ways}-way:\n{_html.escape(r.picture)}</pre>"
+    html = "".join(f"<pre>{_html.escape(label)}line {r.line}, {r.max_ways}-way:\n{_html.escape(r.picture)}</pre>"
                    for r in records[:2]) or None
     return ld + st == 0 and not records, "\n".join(lines), html, {"conflicts_ld": ld, "conflicts_st": st}
 
 
 def _defines(d: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in d.items())
+
+
+def _suspects(failed: list[dict], passed: list[dict]) -> str:
+    """A likely cause, only where the configurations show it: the tile parameters in which every failing
+    configuration differs from every passing one."""
+    params = [p for p in failed[0] if passed and all(f[p] not in {q[p] for q in passed} for f in failed)]
+    if not params:
+        return ""
+    return (f" - it passes with {'; '.join(_defines(d) for d in passed)}, and the failing ones differ in "
+            f"{', '.join(params)}: is a size written as a number where {' or '.join(params)} belongs, or a "
+            "padding that only works for one value?")
 
 
 def _compile_config(stage, source: str, d: dict):
@@ -117,10 +129,10 @@ def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict) -> tuple[b
     head = _defines(d)
     if data.get("compile_error") is not None:
         return False, [f"{head}: the kernel does not compile with these values:\n{data['compile_error']}"], None
-    ok, lines, failed_launch = True, [], False
+    ok, lines, failed_launch = True, [f"{head}:"], False
     ran = list(data.get("shapes", []))
     for j, (M, N, K) in enumerate(shapes(d)):
-        shape = f"{head}, M={M} N={N} K={K}"
+        shape = f"  M={M} N={N} K={K}"
         A, B = sgemm.random_inputs(M, N, K, rng)
         if j >= len(ran):
             ok = False
@@ -153,12 +165,12 @@ def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict) -> tuple[b
     oob = list(report.out_of_bounds)
     if oob and not failed_launch:
         ok = False
-        lines.append(f"{head}: {len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
-                     + "\n  ".join(analysis.describe(f) for f in oob[:SHOW]))
-    free, text, html, _ = conflict_report(report)
+        lines.append(f"  {len(oob)} out-of-bounds or misaligned access(es), e.g.:\n    "
+                     + "\n    ".join(analysis.describe(f) for f in oob[:SHOW]))
+    free, text, html, _ = conflict_report(report, label=f"{head}: ")
     not_tiled = analysed_launch.shared_tiling_problem(report, *shapes(d)) if free and not failed_launch else None
     ok = ok and free and not not_tiled
-    lines.append(f"{head}: " + text.replace("\n", "\n    ") + (f"; but {not_tiled}" if not_tiled else ""))
+    lines.append("  " + text.replace("\n", "\n    ") + (f"; but {not_tiled}" if not_tiled else ""))
     return ok, lines, html
 
 
@@ -180,7 +192,7 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     meta, arrays = outputs
     stage = ctx.stage
     rng = np.random.default_rng(seed)
-    ok_all, lines, html, failed = True, [], None, []
+    ok_all, lines, html, failed, passed = True, [], None, [], []
     collected = list(meta.get("configs", []))
     for i, d in enumerate(configs(stage)):
         data = collected[i] if i < len(collected) else {"shapes": []}
@@ -188,17 +200,17 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         lines += more
         if not ok:
             ok_all = False
-            failed.append(_defines(d))
+            failed.append(d)
             html = html or picture
+        else:
+            passed.append(d)
     own = _defines(dict(stage.defines))
     if ok_all:
         head = (f"correct and free of bank conflicts with {len(configs(stage))} other tile configurations too "
                 f"(the stage's own is {own}; random seed {seed})")
     else:
-        head = (f"wrong or bank-conflicting with another tile configuration than the stage's own ({own}): "
-                f"{'; '.join(failed)} - is a size written as a number where a tile parameter "
-                f"({', '.join(configs(stage)[0])}) belongs, or a padding that only works for one of them? "
-                f"(random seed {seed})")
+        head = (f"wrong or bank-conflicting with {'; '.join(_defines(d) for d in failed)} (the stage's own "
+                f"configuration is {own}){_suspects(failed, passed)} (random seed {seed})")
     return CheckResult.make(NAME, ok_all, head + "\n" + "\n".join(lines), html=html, details={"seed": seed})
 
 

@@ -37,13 +37,16 @@ SHOW = 3
 # Valid for the bank-conflict-free stage (BM, BN multiples of 32, BK of 8, TM, TN of 4, the tiles of A and B
 # split over whole warps), each unlike the stage's (128, 128, 8, 8, 8) in BM, BK and TM or TN. For the
 # warptiling stage, two of the H200's tuned configurations (grader/kernels/tuned_configs.json: small squares and
-# tall-skinny shapes), unlike its own in BM or BN, BK, the warp tile, the threads and the stages.
+# tall-skinny shapes), unlike its own in BM or BN, BK, the warp tile, the threads and the stages; and one with
+# other thread tiles (TM=4, TN=8: 4 lanes across a sub-tile, not 8), which the tuned ones all share.
 CONFIGS = {
     "bank-conflict-free": ({"BM": 64, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
                            {"BM": 256, "BN": 64, "BK": 8, "TM": 8, "TN": 4}),
     "warptiling": ({"BM": 64, "BN": 256, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "TN": 4,
                     "NUM_THREADS": 256, "STAGES": 2, "MIN_BLOCKS": 1},
                    {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 64, "WNITER": 2, "TM": 8, "TN": 4,
+                    "NUM_THREADS": 128, "STAGES": 2, "MIN_BLOCKS": 2},
+                   {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 2, "TM": 4, "TN": 8,
                     "NUM_THREADS": 128, "STAGES": 2, "MIN_BLOCKS": 2}),
 }
 

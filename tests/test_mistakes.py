@@ -1,0 +1,52 @@
+"""Common mistakes, each a small edit of a reference (tests/mistakes/<lab>/): the verdict of the checks
+that should catch it, the key words of the cause they name (each said once), and words that would mislead."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from grader.grading.registry import run_here
+from grader.grading.report import FAILED, NOT_GRADED, PASSED
+
+MISTAKES = Path(__file__).resolve().parent / "mistakes"
+
+
+@dataclass(frozen=True)
+class Mistake:
+    file: str                   # under tests/mistakes
+    exercise: str
+    check: str
+    status: str
+    said_once: tuple[str, ...] = ()     # key words of the diagnosis, each exactly once
+    never: tuple[str, ...] = ()         # what would mislead
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.check}"
+
+
+CASES = [
+    Mistake("04/as_stride_plus_1.cu", "bank-conflict-free", "correctness", FAILED,
+            said_once=("line 84", "thread (0, 0, 0)", "misaligned", "16-byte shared read", "M=17 N=33 K=9"),
+            never=("(nil)", "outside the arrays", "bounds check")),
+    Mistake("04/as_stride_literal.cu", "bank-conflict-free", "bank-conflicts-configs", FAILED,
+            said_once=("line 69", "thread (7, 0, 0)", "shared arrays", "BM=256 BN=64 BK=8 TM=8 TN=4:"),
+            never=("past the end of argument", "not inside any device allocation")),
+    Mistake("06/no_fragment_reload.cu", "warptiling", "bank-conflicts-configs", FAILED,
+            never=("written as a number", "belongs")),
+    Mistake("06/lane_layout_literal.cu", "warptiling", "bank-conflicts-configs", FAILED,
+            said_once=("differ in TM, TN", "written as a number")),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_a_common_mistake_gets_its_cause_said_once(case: Mistake):
+    r = run_here(case.exercise, case.check, (MISTAKES / case.file).read_text(), 1)
+    text = r.message
+    assert r.status == case.status, text
+    for words in case.said_once:
+        assert len(re.findall(re.escape(words), text)) == 1, f"{words!r} not said exactly once:\n{text}"
+    for words in case.never:
+        assert words not in text, f"{words!r} misleads:\n{text}"

@@ -34,6 +34,8 @@ CASES = [
     Mistake("04/as_stride_literal.cu", "bank-conflict-free", "bank-conflicts-configs", FAILED,
             said_once=("line 69", "thread (7, 0, 0)", "shared arrays", "BM=256 BN=64 BK=8 TM=8 TN=4:"),
             never=("past the end of argument", "not inside any device allocation")),
+    Mistake("03/mapping_1d.cu", "blocktile-2d", "races", NOT_GRADED,
+            said_once=("never written", "credited"), never=("race(s)",)),
     Mistake("06/no_fragment_reload.cu", "warptiling", "bank-conflicts-configs", FAILED,
             never=("written as a number", "belongs")),
     Mistake("06/lane_layout_literal.cu", "warptiling", "bank-conflicts-configs", FAILED,

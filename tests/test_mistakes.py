@@ -28,6 +28,15 @@ class Mistake:
 
 
 CASES = [
+    Mistake("00/block_grid_swapped.py", "pycuda-matmul", "matmul-correct", FAILED,
+            said_once=("M=3 N=33000 K=5:", "swapped", "block=(1032, 1, 1)")),
+    Mistake("00/c_not_copied_back.py", "pycuda-matmul", "matmul-correct", FAILED,
+            said_once=("copied back", "every element of C is 0")),
+    Mistake("00/b_not_converted.py", "pycuda-matmul", "matmul-float64", FAILED,
+            said_once=("B went to the device as float64", "np.ascontiguousarray(B, dtype=np.float32)"),
+            never=("np.ascontiguousarray(A",)),
+    Mistake("03/blocks_per_sm_not_written.py", "blocks-per-sm", "h200-limits", FAILED,
+            said_once=("your function is not written yet",), never=("raised NotImplementedError",)),
     Mistake("04/as_stride_plus_1.cu", "bank-conflict-free", "correctness", FAILED,
             said_once=("line 84", "thread (0, 0, 0)", "misaligned", "16-byte shared read", "M=17 N=33 K=9"),
             never=("(nil)", "outside the arrays", "bounds check")),

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+import grader
 from grader.grading.registry import run_here
-from grader.grading.report import FAILED, NOT_GRADED, PASSED
+from grader.grading.report import FAILED, NOT_GRADED, CheckReport, CheckResult
 
 MISTAKES = Path(__file__).resolve().parent / "mistakes"
 
@@ -61,3 +62,18 @@ def test_a_common_mistake_gets_its_cause_said_once(case: Mistake):
         assert len(re.findall(re.escape(words), text)) == 1, f"{words!r} not said exactly once:\n{text}"
     for words in case.never:
         assert words not in text, f"{words!r} misleads:\n{text}"
+
+
+@pytest.mark.parametrize("file", ["02/printf_cstdio.cu", "02/printf_stdio_h.cu"])
+def test_a_kernel_that_prints_with_printf_is_graded_and_its_output_shown(file):
+    report = grader.check("smem-tiling", (MISTAKES / file).read_text(), ["correctness"], seed=1)
+    assert report.passed("correctness"), report.text()
+    assert "C[0][0] = " in report["correctness"].output and "refuse" not in report.text()
+
+
+def test_output_captured_by_several_checks_is_shown_once():
+    log = "kernel.cu:31: warning: unused variable 'unused'"
+    results = [CheckResult.make(name, True, "fine", output=log) for name in ("compiles", "correctness", "races")]
+    report = CheckReport("smem-tiling", results)
+    assert report.text().count("unused variable") == 1
+    assert report._repr_html_().count("unused variable") == 1

@@ -6,9 +6,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import grader
+from grader.grading.checks import wrong_patterns
 from grader.grading.registry import run_here
 from grader.grading.report import FAILED, NOT_GRADED, CheckReport, CheckResult
 
@@ -44,6 +46,12 @@ CASES = [
     Mistake("04/as_stride_literal.cu", "bank-conflict-free", "bank-conflicts-configs", FAILED,
             said_once=("line 69", "thread (7, 0, 0)", "shared arrays", "BM=256 BN=64 BK=8 TM=8 TN=4:"),
             never=("past the end of argument", "not inside any device allocation")),
+    Mistake("03/mapping_1d.cu", "blocktile-2d", "correctness", FAILED,
+            said_once=("row 16, columns 0..32 of C were never written", "a thread mapping")),
+    Mistake("03/store_bound_off_by_one.cu", "blocktile-2d", "correctness", FAILED,
+            said_once=("partial 128 x 128 tiles are wrong (row 256)", "the tile's edge", "a thread mapping")),
+    Mistake("04/transpose_tile_not_swapped.cu", "transpose", "transpose-correctness", FAILED,
+            said_once=("mirrors inside their 32 x 32 tile", "same index order")),
     Mistake("03/mapping_1d.cu", "blocktile-2d", "races", NOT_GRADED,
             said_once=("never written", "credited"), never=("race(s)",)),
     Mistake("06/no_fragment_reload.cu", "warptiling", "bank-conflicts-configs", FAILED,
@@ -77,3 +85,14 @@ def test_output_captured_by_several_checks_is_shown_once():
     report = CheckReport("smem-tiling", results)
     assert report.text().count("unused variable") == 1
     assert report._repr_html_().count("unused variable") == 1
+
+
+def test_a_pattern_is_suggested_only_where_it_is():
+    rng = np.random.default_rng(0)
+    want = rng.uniform(-1, 1, (40, 40)).astype(np.float32)
+    assert wrong_patterns.transposed_in_tiles(want + 1, want) is None          # wrong everywhere, not mirrored
+    bad = np.zeros((40, 40), bool)
+    bad[3, 5] = bad[35, 35] = True
+    assert wrong_patterns.partial_tiles_only(bad, (32, 32)) is None            # a whole tile is wrong too
+    C = np.where(bad, np.float32(np.nan), want)
+    assert wrong_patterns.unwritten_rectangle(C, bad) is None                 # computed NaN, not unwritten

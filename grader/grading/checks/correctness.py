@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from grader.grading.checks import emulator_tools as analysis
+from grader.grading.checks import wrong_patterns
 from grader.grading.checks.common import (
     did_not_finish,
     guard_problems,
@@ -53,6 +54,12 @@ def heatmap(bad: np.ndarray, title: str) -> str:
     fig.colorbar(im, ax=ax, label="share wrong")
     return png_base64(fig)
 
+
+
+def _tile(stage) -> tuple[int, int]:
+    """The rows and columns of C a block computes (32 x 32 for the one-thread-per-element stages)."""
+    d = stage.defines
+    return int(d.get("BM", d.get("TILE", 32))), int(d.get("BN", d.get("TILE", 32)))
 
 
 def locate_fault(driver, run) -> str | None:
@@ -110,6 +117,7 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     rng = np.random.default_rng(seed)
     lines, figure = [], None
     failed: dict[str, list[str]] = {}      # a launch failure: the shapes it happened on
+    said: set[str] = set()                 # what the wrong elements suggest, said for the first shape it fits
     ok_all = True
     stopped = False
     ran = list(meta.get("shapes", []))
@@ -140,10 +148,15 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         cmp = sgemm.compare(C, A, B)
         if not cmp.ok:
             r, c, want, got = cmp.first
+            bad = sgemm.wrong_elements(C, A, B)[0]
+            nan = sgemm.nan_hint(C[r, c])
+            hints = wrong_patterns.once([nan and (nan, nan), wrong_patterns.partial_tiles_only(bad, _tile(ctx.stage)),
+                                         wrong_patterns.unwritten_rectangle(C, bad)], said)
             problems.append(f"{cmp.wrong} of {M * N} elements wrong; first at row {r}, column {c}: "
-                            f"expected {want:.6g}, got {got:.6g}" + sgemm.nan_hint(C[r, c]))
+                            f"expected {want:.6g}, got {got:.6g}"
+                            + "".join(h if h.startswith(" (") else f" - {h}" for h in hints))
             if cmp.wrong >= HEATMAP_FROM and figure is None:
-                figure = heatmap(sgemm.wrong_elements(C, A, B)[0], f"wrong elements, {shape}")
+                figure = heatmap(bad, f"wrong elements, {shape}")
         if problems:
             ok_all = False
             lines.append(f"{shape}: " + "; ".join(problems))

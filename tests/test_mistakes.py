@@ -25,6 +25,7 @@ class Mistake:
     status: str
     said_once: tuple[str, ...] = ()     # key words of the diagnosis, each exactly once
     never: tuple[str, ...] = ()         # what would mislead
+    order: tuple[str, ...] = ()         # said in this order (a picture after the configuration it shows)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.check}"
@@ -43,6 +44,11 @@ CASES = [
     Mistake("04/as_stride_plus_1.cu", "bank-conflict-free", "correctness", FAILED,
             said_once=("line 84", "thread (0, 0, 0)", "misaligned", "16-byte shared read", "M=17 N=33 K=9"),
             never=("(nil)", "outside the arrays", "bounds check")),
+    Mistake("04/as_stride_unpadded.cu", "bank-conflict-free", "bank-conflicts-configs", FAILED,
+            said_once=("extra shared-memory wavefronts", "warp 3 (threads 96-127", "BM=256 BN=64 BK=8 TM=8 TN=4:\n"),
+            never=("written as a number",),
+            order=("BM=64 BN=128 BK=16 TM=4 TN=8:\n", "block (0, 0, 0), warp 0", "BM=256 BN=64 BK=8 TM=8 TN=4:\n",
+                   "block (0, 0, 0), warp 3")),
     Mistake("04/as_stride_literal.cu", "bank-conflict-free", "bank-conflicts-configs", FAILED,
             said_once=("line 69", "thread (7, 0, 0)", "shared arrays", "BM=256 BN=64 BK=8 TM=8 TN=4:"),
             never=("past the end of argument", "not inside any device allocation")),
@@ -70,6 +76,8 @@ def test_a_common_mistake_gets_its_cause_said_once(case: Mistake):
         assert len(re.findall(re.escape(words), text)) == 1, f"{words!r} not said exactly once:\n{text}"
     for words in case.never:
         assert words not in text, f"{words!r} misleads:\n{text}"
+    where = [text.find(words) for words in case.order]
+    assert -1 not in where and where == sorted(where), f"not in the order {case.order}:\n{text}"
 
 
 @pytest.mark.parametrize("file", ["02/printf_cstdio.cu", "02/printf_stdio_h.cu"])

@@ -17,6 +17,7 @@ import numpy as np
 
 from grader.grading.checks import analysed_launch
 from grader.grading.checks import emulator_tools as analysis
+from grader.grading.checks import wrong_patterns
 from grader.grading.checks.common import (
     launch_budget,
     launch_errors,
@@ -135,8 +136,9 @@ def _collect_config(stage, function, d: dict, rng, driver, index: int, arrays: d
     return data
 
 
-def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict) -> tuple[bool, list[str], str | None]:
-    """(passed, lines, html) for one configuration."""
+def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict,
+                  said: set) -> tuple[bool, list[str], str | None]:
+    """(passed, lines, html) for one configuration; `said`: the hints already given (wrong_patterns.once)."""
     head = _defines(d)
     if data.get("compile_error") is not None:
         return False, [f"{head}: the kernel does not compile with these values:\n{data['compile_error']}"], None
@@ -165,8 +167,10 @@ def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict) -> tuple[b
         cmp = sgemm.compare(C, A, B)
         if not cmp.ok:
             r, c, want, got = cmp.first
+            nan = sgemm.nan_hint(C[r, c])
             problems.append(f"{cmp.wrong} of {M * N} elements of C wrong; first at row {r}, column {c}: "
-                            f"expected {want:.6g}, got {got:.6g}" + sgemm.nan_hint(C[r, c]))
+                            f"expected {want:.6g}, got {got:.6g}" + "".join(wrong_patterns.once([nan and (nan, nan)],
+                                                                                                said)))
         if problems:
             ok = False
             lines.append(f"{shape}: " + "; ".join(problems))
@@ -179,6 +183,8 @@ def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict) -> tuple[b
         lines.append(f"  {len(oob)} out-of-bounds or misaligned access(es), e.g.:\n    "
                      + "\n    ".join(analysis.describe(f) for f in oob[:SHOW]))
     free, text, html, _ = conflict_report(report, label=f"{head}: ")
+    if failed_launch and free:          # nothing ran to its end: no count to report
+        return False, lines, None
     not_tiled = analysed_launch.shared_tiling_problem(report, *shapes(d)) if free and not failed_launch else None
     ok = ok and free and not not_tiled
     lines.append("  " + text.replace("\n", "\n    ") + (f"; but {not_tiled}" if not_tiled else ""))
@@ -203,11 +209,11 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     meta, arrays = outputs
     stage = ctx.stage
     rng = np.random.default_rng(seed)
-    ok_all, lines, html, failed, passed = True, [], None, [], []
+    ok_all, lines, html, failed, passed, said = True, [], None, [], [], set()
     collected = list(meta.get("configs", []))
     for i, d in enumerate(configs(stage)):
         data = collected[i] if i < len(collected) else {"shapes": []}
-        ok, more, picture = _judge_config(d, data, rng, i, arrays)
+        ok, more, picture = _judge_config(d, data, rng, i, arrays, said)
         lines += more
         if not ok:
             ok_all = False

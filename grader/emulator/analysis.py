@@ -159,9 +159,11 @@ class Finding:
     def describe(self) -> str:
         what = "read" if self.op == "ld" else "write"
         where = f"kernel '{self.kernel}', line {self.line}, block {self.block}, thread {self.thread}"
+        if self.kind == "misaligned" and self.shared:
+            return (f"{where}: misaligned address: a {self.size}-byte shared {what} at byte {self.offset} of the "
+                    f"block's shared memory, which is not a multiple of {min(self.size, 16)}")
         if self.kind == "misaligned":
-            space = "shared" if self.shared else "global"
-            return (f"{where}: misaligned address: a {self.size}-byte {space} {what} at 0x{self.address:x}, "
+            return (f"{where}: misaligned address: a {self.size}-byte global {what} at 0x{self.address:x}, "
                     f"which is not a multiple of {min(self.size, 16)}")
         if self.shared:
             return (f"{where}: out-of-bounds {self.size}-byte shared {what}, outside the block's shared arrays "

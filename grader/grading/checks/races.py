@@ -98,9 +98,9 @@ def _problems(ran: dict, arrays: dict, i: int, shape: tuple) -> list[str]:
     if races:
         problems.append(f"{len(races)} race(s) on shared or global memory, e.g.:\n  "
                         + "\n  ".join(_distinct(races)))
-    if oob:
-        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
-                        + "\n  ".join(_distinct(oob)))
+    unsaid = [d for d in _distinct(oob) if d not in (ran.get("failure") or "")]     # the failure names the first
+    if unsaid:
+        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  " + "\n  ".join(unsaid))
     C0 = returned_matrix(arrays.get(f"{i}:C0"), (M, N))
     if C0 is not None:
         problems += analysis.order_problems(

@@ -109,3 +109,16 @@ def test_a_pattern_is_suggested_only_where_it_is():
     assert wrong_patterns.partial_tiles_only(bad, (32, 32)) is None            # a whole tile is wrong too
     C = np.where(bad, np.float32(np.nan), want)
     assert wrong_patterns.unwritten_rectangle(C, bad) is None                 # computed NaN, not unwritten
+
+
+@pytest.mark.skipif(grader.BACKEND.name != "emulator", reason="the emulator's own message for a CPU fault")
+def test_a_fault_the_cpu_gives_no_address_for_is_not_reported_at_nil():
+    """A misaligned float4 read of shared memory, run without the analysis (as the correctness check first does)."""
+    from grader.emulator.pycuda import driver
+    from grader.kernels import sgemm
+    from grader.kernels.stages import stage
+    A = B = np.ones((64, 64), np.float32)
+    function = sgemm.compile_kernel(stage("bank-conflict-free"), (MISTAKES / "04/as_stride_plus_1.cu").read_text())
+    with pytest.raises(driver.LaunchError) as err:
+        sgemm.run(stage("bank-conflict-free"), A, B, function)
+    assert "(nil)" not in str(err.value) and "misaligned" in str(err.value), str(err.value)

@@ -65,6 +65,8 @@ CASES = [
             said_once=("never written", "credited"), never=("race(s)",)),
     Mistake("06/no_fragment_reload.cu", "warptiling", "bank-conflicts-configs", FAILED,
             never=("written as a number", "belongs")),
+    Mistake("06/bk_literal.cu", "warptiling", "bank-conflicts-configs", FAILED,
+            said_once=("differ in BN, BK,", "written as a number")),
     Mistake("06/lane_layout_literal.cu", "warptiling", "bank-conflicts-configs", FAILED,
             said_once=("differ in TM, TN", "written as a number")),
 ]

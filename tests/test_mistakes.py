@@ -49,6 +49,8 @@ CASES = [
             never=("written as a number",),
             order=("BM=64 BN=128 BK=16 TM=4 TN=8:\n", "block (0, 0, 0), warp 0", "BM=256 BN=64 BK=8 TM=8 TN=4:\n",
                    "block (0, 0, 0), warp 0 (threads 0-31")),
+    Mistake("04/as_stride_plus_1.cu", "bank-conflict-free", "bank-conflicts-configs", FAILED,
+            said_once=("breaks a vector access's alignment",), never=("written as a number",)),
     Mistake("04/as_stride_plus_1.cu", "bank-conflict-free", "races", FAILED,
             said_once=("line 84", "misaligned", "byte 4612 of the block's shared memory"), never=("0x",)),
     Mistake("04/as_stride_literal.cu", "bank-conflict-free", "bank-conflicts-configs", FAILED,

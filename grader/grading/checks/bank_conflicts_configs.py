@@ -153,7 +153,12 @@ def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict,
             break
         if ran[j].get("failure"):
             ok, failed_launch = False, True
-            lines.append(f"{shape}: {ran[j]['failure']}")
+            lead, sep, rest = ran[j]["failure"].partition(": cuLaunchKernel failed: ")
+            if sep and lead in said:        # the likely cause was said for another configuration
+                lines.append(f"{shape}: {rest}")
+            else:
+                said.add(lead)
+                lines.append(f"{shape}: {ran[j]['failure']}")
             break
         C = returned_matrix(arrays.get(f"C{index}_{j}"), (M, N))
         if C is None:

@@ -131,7 +131,8 @@ def test_each_wrong_rule_fails_naming_the_first_input(name):
     ("return 2.5", "returned 2.5: a number of blocks is a whole number (use // to divide)"),
     ("return True", "returned True"),
     ("return 'two'", "returned 'two'"),
-    ("raise NotImplementedError()", "raised NotImplementedError"),
+    ("raise NotImplementedError", "threads_per_block=256): your function is not written yet"),
+    ("raise NotImplementedError('why')", "raised NotImplementedError: why"),
     ("return 1 // (threads_per_block - threads_per_block)", "raised ZeroDivisionError"),
 ])
 def test_odd_answers_are_reported(body, said):

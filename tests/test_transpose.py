@@ -147,7 +147,7 @@ def test_configs_pass_the_reference():
 
 @pytest.mark.parametrize("stride, expect", [
     ("BM", "8-way bank conflict"),                        # unpadded: fails in every configuration
-    ("132", "BM=256 BN=64 BK=8 TM=8 TN=4, M=293"),         # 128 + 4 as a number: overflows the rows with BM = 256
+    ("132", "BM=256 BN=64 BK=8 TM=8 TN=4:\n  M=293"),     # 128 + 4 as a number: overflows the rows with BM = 256
     ("(BM + BK / 2)", "2-way bank conflict"),             # right for BK = 8 only
 ])
 def test_configs_fail_a_padding_tuned_to_one_shape(stride, expect):

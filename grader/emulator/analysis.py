@@ -159,11 +159,16 @@ class Finding:
     def describe(self) -> str:
         what = "read" if self.op == "ld" else "write"
         where = f"kernel '{self.kernel}', line {self.line}, block {self.block}, thread {self.thread}"
+        if self.kind == "misaligned" and self.shared:
+            return (f"{where}: misaligned address: a {self.size}-byte shared {what} at byte {self.offset} of the "
+                    f"block's shared memory, which is not a multiple of {min(self.size, 16)}")
         if self.kind == "misaligned":
-            space = "shared" if self.shared else "global"
-            return (f"{where}: misaligned address: a {self.size}-byte {space} {what} at 0x{self.address:x}, "
+            return (f"{where}: misaligned address: a {self.size}-byte global {what} at 0x{self.address:x}, "
                     f"which is not a multiple of {min(self.size, 16)}")
-        if self.shared or not self.place:
+        if self.shared:
+            return (f"{where}: out-of-bounds {self.size}-byte shared {what}, outside the block's shared arrays "
+                    f"({self.offset:+d} bytes from the start of its shared memory)")
+        if not self.place:
             return (f"{where}: out-of-bounds {self.size}-byte {what} at 0x{self.address:x}: {self.offset:+d} bytes "
                     f"from the start of {self.buffer}")
         return f"{where}: out-of-bounds {self.size}-byte {what} at 0x{self.address:x}, {self.place}"
@@ -290,11 +295,15 @@ def bank_wavefronts(addresses: dict[int, int], size: int) -> Wavefronts:
     return Wavefronts(int(wavefronts), ideal.value, ways.value)
 
 
-def bank_picture(addresses: list[int], lanes: int, width: int) -> str:
-    """The lanes of one warp request and the bank (4-byte word mod 32) each
-    one starts in, with the busiest bank of each phase named."""
+def bank_picture(addresses: list[int], lanes: int, width: int, block: tuple | None = None,
+                 warp: int | None = None) -> str:
+    """The lanes of one warp request (of `warp` in `block`, when given) and the bank (4-byte word mod 32)
+    each one starts in, with the busiest bank of each phase named."""
     active = [lane for lane in range(32) if lanes >> lane & 1]
-    rows = ["lane " + " ".join(f"{lane:2d}" for lane in active),
+    rows = [] if block is None or warp is None else [
+        f"block {tuple(block)}, warp {warp} (threads {32 * warp}-{32 * warp + 31} in the block's linear order), "
+        f"{len(active)} active lane(s):"]
+    rows += ["lane " + " ".join(f"{lane:2d}" for lane in active),
             "bank " + " ".join(f"{addresses[lane] // 4 % 32:2d}" for lane in active)]
     per_phase = 32 if width <= 4 else 16 if width == 8 else 8
     for p0 in range(0, 32, per_phase):
@@ -396,7 +405,8 @@ def collect(loaded, kernel_name: str, block_dims, buffer_names: list[str],
     for s in sites:
         report.bank_conflicts.append(BankConflicts(
             kernel_name, lines(s.pc), "st" if s.store else "ld", s.size, s.requests, s.wavefronts,
-            s.ideal_wavefronts, s.max_ways, bank_picture(list(s.worst_addr), s.worst_lanes, s.size)))
+            s.ideal_wavefronts, s.max_ways, bank_picture(list(s.worst_addr), s.worst_lanes, s.size,
+                                                       s.worst_block.tuple(), int(s.worst_warp))))
     fn = rt.emu_analysis_global_sites
     fn.restype, fn.argtypes = ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_size_t]
     n = fn(None, 0)

@@ -64,12 +64,13 @@ class CheckResult:
         """passed with full points, or failed with none."""
         return cls(name, PASSED if ok else FAILED, message, points=1.0 if ok else 0.0, **kw)
 
-    def text(self) -> str:
+    def text(self, output: bool = True) -> str:
+        """The result as text; `output`: with the captured output."""
         mark = {PASSED: "PASS", FAILED: "FAIL", NOT_GRADED: "----", GRADER_ERROR: "ERR!"}[self.status]
         head = f"[{mark}] {self.name}: {self.status}"
         body = "\n".join("    " + line for line in self.message.splitlines())
         out = head + ("\n" + body if body else "")
-        if self.output.strip():
+        if output and self.output.strip():
             out += "\n    captured output:\n" + "\n".join("      " + ln for ln in self.output.strip().splitlines()[:40])
         return out
 
@@ -145,7 +146,8 @@ class CheckReport:
         head = f"grader.check('{self.exercise}') on the {self.backend or 'current backend'}"
         if self.seed is not None:
             head += f", random seed {self.seed}"
-        return "\n".join([head] + [r.text() for r in self.results])
+        shown = _first_outputs(self.results)
+        return "\n".join([head] + [r.text(output=i in shown) for i, r in enumerate(self.results)])
 
     def __str__(self) -> str:
         return self.text()
@@ -156,13 +158,14 @@ class CheckReport:
     def _repr_html_(self) -> str:
         e = _html.escape
         rows = []
-        for r in self.results:
+        shown = _first_outputs(self.results)
+        for i, r in enumerate(self.results):
             color = _COLORS[r.status]
             msg = e(r.message).replace("\n", "<br>")
             extra = r.html or ""
             if r.figure:
                 extra += f'<br><img alt="{e(r.name)}" src="data:image/png;base64,{r.figure}">'
-            if r.output.strip():
+            if i in shown:
                 extra += ("<details><summary>captured output</summary><pre>"
                           f"{e(r.output.strip()[:4000])}</pre></details>")
             rows.append(
@@ -176,6 +179,18 @@ class CheckReport:
                 '<table><thead><tr><th style="text-align:left">check</th><th style="text-align:left">status'
                 '</th><th style="text-align:left">diagnosis</th></tr></thead><tbody>'
                 + "".join(rows) + "</tbody></table></div>")
+
+
+def _first_outputs(results: list[CheckResult]) -> set[int]:
+    """The indices of the results whose captured output is shown: the first of each different one (the same
+    compiler log is captured by every check that compiles the source)."""
+    seen, shown = set(), set()
+    for i, r in enumerate(results):
+        text = r.output.strip()
+        if text and text not in seen:
+            seen.add(text)
+            shown.add(i)
+    return shown
 
 
 def png_base64(fig) -> str:

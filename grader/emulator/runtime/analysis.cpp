@@ -219,9 +219,22 @@ static void evaluate_global(const RequestKey& key, const Request& q) {
     }
 }
 
+// In the order of (warp, occurrence, line), so that of equally bad requests the first is the one shown,
+// whatever the hash table's order (which moves with the code's load address).
+template <class Map, class F> static void in_order(const Map& m, F f) {
+    std::vector<const typename Map::value_type*> all;
+    all.reserve(m.size());
+    for (auto& kv : m) all.push_back(&kv);
+    std::sort(all.begin(), all.end(), [](auto* a, auto* b) {
+        return std::tie(a->first.warp, a->first.occurrence, a->first.pc) <
+               std::tie(b->first.warp, b->first.occurrence, b->first.pc);
+    });
+    for (auto* kv : all) f(kv->first, kv->second);
+}
+
 void end_block() {
-    for (auto& kv : requests) evaluate(kv.first, kv.second);
-    for (auto& kv : global_requests) evaluate_global(kv.first, kv.second);
+    in_order(requests, evaluate);
+    in_order(global_requests, evaluate_global);
     requests.clear();
     global_requests.clear();
 }
@@ -286,7 +299,11 @@ static void record_finding(int kind, bool store, int size, uintptr_t pc, unsigne
         f.buffer = (long long)i;
         f.offset = (long long)(a - R.buffers[2 * i]);
     } else if (shared) {
-        f.offset = (long long)(a - reinterpret_cast<uintptr_t>(R.shared_lo));
+        // From the start of shared memory, as on the GPU: static arrays first, then the dynamic ones.
+        auto dyn = reinterpret_cast<uintptr_t>(R.dynamic_lo);
+        bool in_dynamic = R.dynamic_size && a >= dyn && a < dyn + R.dynamic_size;
+        f.offset = in_dynamic ? (long long)(R.shared_hi - R.shared_lo) + (long long)(a - dyn)
+                              : (long long)(a - reinterpret_cast<uintptr_t>(R.shared_lo));
     }
     findings.push_back(f);
     fail_with_finding();
@@ -318,6 +335,13 @@ static void access(const void* p, int size, bool store, uintptr_t pc) {
     if (on_fiber_stack(p) || (a >= module_lo && a < module_hi) || (a >= runtime_lo && a < runtime_hi) ||
         in(R.params, R.params_size) || in(R.warp_slots, R.warp_slots_size))
         return;
+    // Within one shared-memory size of the block's static shared arrays (and outside the module): an index
+    // past a shared array, not a global address.
+    auto slo = reinterpret_cast<uintptr_t>(R.shared_lo), shi = reinterpret_cast<uintptr_t>(R.shared_hi);
+    if (shi > slo && a + size > slo - (shi - slo) && a < shi + (shi - slo)) {
+        record_finding(0, store, size, pc, me, a, true);
+        return;
+    }
     // global memory: inside one of the launch's buffers, naturally aligned
     const uintptr_t* b = R.buffers;
     size_t lo = 0, hi = R.nbuffers;

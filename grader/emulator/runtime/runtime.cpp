@@ -585,7 +585,7 @@ extern "C" int emu_launch(const ModuleInfo* mod, int kernel, const unsigned char
     }
     in_launch = 0;
     watchdog.disarm();
-    char buf[256];
+    char buf[512];
     if (code == kTimeout) {
         snprintf(buf, sizeof buf, "kernel '%s' ran longer than the time limit of %.3g s (%s): an endless loop?", k.name,
                  timeout_s, cur ? where().c_str() : "between threads");
@@ -596,9 +596,16 @@ extern "C" int emu_launch(const ModuleInfo* mod, int kernel, const unsigned char
         const char* what = fault_signal == SIGFPE ? "arithmetic fault (integer division by zero?)"
                          : fault_signal == SIGILL ? "illegal instruction"
                          : in_guard_page(fault_address) ? "stack overflow (local arrays too large, or deep recursion)"
-                                                        : "illegal memory access";
-        snprintf(buf, sizeof buf, "kernel '%s', %s: %s at address %p", k.name, cur ? where().c_str() : "?", what,
-                 fault_address);
+                         // x86 reports a misaligned 16-byte vector access (or a non-canonical address) with no address
+                         : fault_address == nullptr ? "misaligned or invalid address (the CPU gives no address: most "
+                                                      "often a float4 or float2 access at an address that is not a "
+                                                      "multiple of its size)"
+                                                    : "illegal memory access";
+        if (fault_address == nullptr && fault_signal == SIGSEGV)
+            snprintf(buf, sizeof buf, "kernel '%s', %s: %s", k.name, cur ? where().c_str() : "?", what);
+        else
+            snprintf(buf, sizeof buf, "kernel '%s', %s: %s at address %p", k.name, cur ? where().c_str() : "?", what,
+                     fault_address);
         error_text = buf;
     }
     cur = nullptr;

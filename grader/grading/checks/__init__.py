@@ -18,6 +18,9 @@ Labs (their CHECKS): pycuda_by_hand (lab 00), blocks_per_sm (lab 03),
 padded_transpose (lab 04), autotuning (lab 06), minimums (lab 07),
 shortest_paths (lab 08).
 
+Shared by them: common (compiling, guarded launches, readable launch failures), analysed_launch and
+emulator_tools (the emulator's analysis), wrong_patterns (what the pattern of wrong elements suggests).
+
 A check never raises for anything the student's code does: a failed compile or
 launch becomes a failed grader.grading.report.CheckResult. The registry that
 names them is grader.grading.registry; grader.grading.isolation runs each.

@@ -17,6 +17,7 @@ import numpy as np
 
 from grader.grading.checks import analysed_launch
 from grader.grading.checks import emulator_tools as analysis
+from grader.grading.checks import wrong_patterns
 from grader.grading.checks.common import (
     launch_budget,
     launch_errors,
@@ -37,13 +38,16 @@ SHOW = 3
 # Valid for the bank-conflict-free stage (BM, BN multiples of 32, BK of 8, TM, TN of 4, the tiles of A and B
 # split over whole warps), each unlike the stage's (128, 128, 8, 8, 8) in BM, BK and TM or TN. For the
 # warptiling stage, two of the H200's tuned configurations (grader/kernels/tuned_configs.json: small squares and
-# tall-skinny shapes), unlike its own in BM or BN, BK, the warp tile, the threads and the stages.
+# tall-skinny shapes), unlike its own in BM or BN, BK, the warp tile, the threads and the stages; and one with
+# other thread tiles (TM=4, TN=8: 4 lanes across a sub-tile, not 8), which the tuned ones all share.
 CONFIGS = {
     "bank-conflict-free": ({"BM": 64, "BN": 128, "BK": 16, "TM": 4, "TN": 8},
                            {"BM": 256, "BN": 64, "BK": 8, "TM": 8, "TN": 4}),
     "warptiling": ({"BM": 64, "BN": 256, "BK": 16, "WM": 32, "WN": 64, "WNITER": 2, "TM": 8, "TN": 4,
                     "NUM_THREADS": 256, "STAGES": 2, "MIN_BLOCKS": 1},
                    {"BM": 128, "BN": 128, "BK": 8, "WM": 64, "WN": 64, "WNITER": 2, "TM": 8, "TN": 4,
+                    "NUM_THREADS": 128, "STAGES": 2, "MIN_BLOCKS": 2},
+                   {"BM": 64, "BN": 128, "BK": 8, "WM": 32, "WN": 64, "WNITER": 2, "TM": 4, "TN": 8,
                     "NUM_THREADS": 128, "STAGES": 2, "MIN_BLOCKS": 2}),
 }
 
@@ -57,31 +61,51 @@ def shapes(d: dict) -> list[tuple[int, int, int]]:
     return [(d["BM"] + 37, d["BN"] + 19, 2 * d["BK"] + 5), (3, 2 * d["BN"] + 5, d["BK"] + 3)]
 
 
+COUNTED_AS = " (extra shared-memory wavefronts, as Nsight Compute counts them)"
+
+
+def _once(lines: list[str], phrase: str) -> list[str]:
+    """The lines with `phrase` left out after its first occurrence."""
+    first = next((i for i, line in enumerate(lines) if phrase in line), None)
+    return [line if i == first else line.replace(phrase, "") for i, line in enumerate(lines)]
+
+
 def conflicting(report) -> list:
     """The access sites (source line, load or store) that took more wavefronts than ideal, worst first."""
     return sorted((r for r in report.bank_conflicts if r.wavefronts > r.ideal_wavefronts),
                   key=lambda r: (-r.max_ways, r.ideal_wavefronts - r.wavefronts, r.line))
 
 
-def conflict_report(report, show: int = 4) -> tuple[bool, str, str | None, dict]:
+def conflict_report(report, show: int = 4, label: str = "") -> tuple[bool, str, str | None, dict]:
     """(conflict-free, text, html or None, details) for the launches analysed in `report`:
-    each conflicting line with its n-way and wavefronts, the worst request's bank picture."""
+    each conflicting line with its n-way and wavefronts, the worst request's bank picture
+    (`label`: what the pictures belong to, a configuration)."""
     records = conflicting(report)
     ld, st = int(report.conflicts_ld), int(report.conflicts_st)
-    lines = [f"{ld} load and {st} store bank conflicts (extra shared-memory wavefronts, as Nsight Compute "
-             "counts them)"]
+    lines = [f"{ld} load and {st} store bank conflicts{COUNTED_AS}"]
     for r in records[:show]:
         lines.append(f"line {r.line} ({'load' if r.op == 'ld' else 'store'}): {r.max_ways}-way bank conflict, "
                      f"{r.wavefronts} wavefronts for {r.requests} requests where {r.ideal_wavefronts} would do")
     if records:
         lines.append(f"worst request (line {records[0].line}), thread to bank:\n{records[0].picture}")
-    html = "".join(f"<pre>line {r.line}, {r.max_ways}-way:\n{_html.escape(r.picture)}</pre>"
+    html = "".join(f"<pre>{_html.escape(label)}line {r.line}, {r.max_ways}-way:\n{_html.escape(r.picture)}</pre>"
                    for r in records[:2]) or None
     return ld + st == 0 and not records, "\n".join(lines), html, {"conflicts_ld": ld, "conflicts_st": st}
 
 
 def _defines(d: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in d.items())
+
+
+def _suspects(failed: list[dict], passed: list[dict]) -> str:
+    """A likely cause, only where the configurations show it: the tile parameters in which every failing
+    configuration differs from every passing one."""
+    params = [p for p in failed[0] if passed and all(f[p] not in {q[p] for q in passed} for f in failed)]
+    if not params:
+        return ""
+    return (f" - it passes with {'; '.join(_defines(d) for d in passed)}, and the failing ones differ in "
+            f"{', '.join(params)}: is a size written as a number where {' or '.join(params)} belongs, or a "
+            "padding that only works for one value?")
 
 
 def _compile_config(stage, source: str, d: dict):
@@ -112,15 +136,16 @@ def _collect_config(stage, function, d: dict, rng, driver, index: int, arrays: d
     return data
 
 
-def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict) -> tuple[bool, list[str], str | None]:
-    """(passed, lines, html) for one configuration."""
+def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict,
+                  said: set) -> tuple[bool, list[str], str | None]:
+    """(passed, lines, html) for one configuration; `said`: the hints already given (wrong_patterns.once)."""
     head = _defines(d)
     if data.get("compile_error") is not None:
         return False, [f"{head}: the kernel does not compile with these values:\n{data['compile_error']}"], None
-    ok, lines, failed_launch = True, [], False
+    ok, lines, failed_launch = True, [f"{head}:"], False
     ran = list(data.get("shapes", []))
     for j, (M, N, K) in enumerate(shapes(d)):
-        shape = f"{head}, M={M} N={N} K={K}"
+        shape = f"  M={M} N={N} K={K}"
         A, B = sgemm.random_inputs(M, N, K, rng)
         if j >= len(ran):
             ok = False
@@ -128,7 +153,12 @@ def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict) -> tuple[b
             break
         if ran[j].get("failure"):
             ok, failed_launch = False, True
-            lines.append(f"{shape}: {ran[j]['failure']}")
+            lead, sep, rest = ran[j]["failure"].partition(": cuLaunchKernel failed: ")
+            if sep and lead in said:        # the likely cause was said for another configuration
+                lines.append(f"{shape}: {rest}")
+            else:
+                said.add(lead)
+                lines.append(f"{shape}: {ran[j]['failure']}")
             break
         C = returned_matrix(arrays.get(f"C{index}_{j}"), (M, N))
         if C is None:
@@ -142,8 +172,10 @@ def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict) -> tuple[b
         cmp = sgemm.compare(C, A, B)
         if not cmp.ok:
             r, c, want, got = cmp.first
+            nan = sgemm.nan_hint(C[r, c])
             problems.append(f"{cmp.wrong} of {M * N} elements of C wrong; first at row {r}, column {c}: "
-                            f"expected {want:.6g}, got {got:.6g}" + sgemm.nan_hint(C[r, c]))
+                            f"expected {want:.6g}, got {got:.6g}" + "".join(wrong_patterns.once([nan and (nan, nan)],
+                                                                                                said)))
         if problems:
             ok = False
             lines.append(f"{shape}: " + "; ".join(problems))
@@ -153,12 +185,14 @@ def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict) -> tuple[b
     oob = list(report.out_of_bounds)
     if oob and not failed_launch:
         ok = False
-        lines.append(f"{head}: {len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
-                     + "\n  ".join(analysis.describe(f) for f in oob[:SHOW]))
-    free, text, html, _ = conflict_report(report)
+        lines.append(f"  {len(oob)} out-of-bounds or misaligned access(es), e.g.:\n    "
+                     + "\n    ".join(analysis.describe(f) for f in oob[:SHOW]))
+    free, text, html, _ = conflict_report(report, label=f"{head}: ")
+    if failed_launch and free:          # nothing ran to its end: no count to report
+        return False, lines, None
     not_tiled = analysed_launch.shared_tiling_problem(report, *shapes(d)) if free and not failed_launch else None
     ok = ok and free and not not_tiled
-    lines.append(f"{head}: " + text.replace("\n", "\n    ") + (f"; but {not_tiled}" if not_tiled else ""))
+    lines.append("  " + text.replace("\n", "\n    ") + (f"; but {not_tiled}" if not_tiled else ""))
     return ok, lines, html
 
 
@@ -180,25 +214,26 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     meta, arrays = outputs
     stage = ctx.stage
     rng = np.random.default_rng(seed)
-    ok_all, lines, html, failed = True, [], None, []
+    ok_all, lines, html, failed, passed, said = True, [], None, [], [], set()
     collected = list(meta.get("configs", []))
     for i, d in enumerate(configs(stage)):
         data = collected[i] if i < len(collected) else {"shapes": []}
-        ok, more, picture = _judge_config(d, data, rng, i, arrays)
+        ok, more, picture = _judge_config(d, data, rng, i, arrays, said)
         lines += more
         if not ok:
             ok_all = False
-            failed.append(_defines(d))
+            failed.append(d)
             html = html or picture
+        else:
+            passed.append(d)
+    lines = _once(lines, COUNTED_AS)
     own = _defines(dict(stage.defines))
     if ok_all:
         head = (f"correct and free of bank conflicts with {len(configs(stage))} other tile configurations too "
                 f"(the stage's own is {own}; random seed {seed})")
     else:
-        head = (f"wrong or bank-conflicting with another tile configuration than the stage's own ({own}): "
-                f"{'; '.join(failed)} - is a size written as a number where a tile parameter "
-                f"({', '.join(configs(stage)[0])}) belongs, or a padding that only works for one of them? "
-                f"(random seed {seed})")
+        head = (f"wrong or bank-conflicting with {'; '.join(_defines(d) for d in failed)} (the stage's own "
+                f"configuration is {own}){_suspects(failed, passed)} (random seed {seed})")
     return CheckResult.make(NAME, ok_all, head + "\n" + "\n".join(lines), html=html, details={"seed": seed})
 
 

@@ -93,6 +93,8 @@ def _answer(args, found) -> tuple[int | None, str]:
     """(the function's answer as an int, '') or (None, what is wrong with it)."""
     if isinstance(found, dict) and "raised" in found:
         kind, message = found["raised"]
+        if kind == "NotImplementedError" and not message:
+            return None, f"{_call(args)}: {host_calls.NOT_WRITTEN}"
         return None, f"{_call(args)} raised {kind}: {message}"
     if isinstance(found, dict):
         kind, text = found["other"]

@@ -124,17 +124,18 @@ def not_compiled(name: str, meta: dict, seed: int | None = None) -> CheckResult 
     return None if meta.get("compile_error") is None else does_not_compile(name, meta["compile_error"], seed)
 
 
-def start_stage_collect(stage: Stage, source: str, on_emulator: bool = False):
+def start_stage_collect(stage: Stage, source: str, on_emulator: bool = False, analysed: bool | None = None):
     """How collect() of an SGEMM stage's check starts: (meta with the compiler's log or error,
     the stage's kernel as a Function, or None when the source does not compile). From then on a
-    grading process on the emulator starts no program (lock_down)."""
+    grading process on the emulator starts no program (lock_down); `analysed` (default: on_emulator):
+    the check may launch under the analysis."""
     meta = {"log": "", "compile_error": None}
     try:
         function, meta["log"] = compile_function(stage, source, on_emulator)
     except CompileFailed as e:
         meta["compile_error"] = str(e)
         return meta, None
-    lock_down([function], analysed=on_emulator)
+    lock_down([function], analysed=on_emulator if analysed is None else analysed)
     return meta, function
 
 
@@ -211,7 +212,7 @@ def launch_failure(driver, e: Exception) -> str:
     if isinstance(e, getattr(driver, "LaunchError", ())) or kind is not None:
         why = {"deadlock": "the threads of a block deadlocked (a __syncthreads() that not every thread reaches?)",
                "timeout": f"{DID_NOT_FINISH}: {_budget_text or 'it ran past its time limit'}",
-               "fault": "the kernel read or wrote memory outside the arrays (a missing bounds check?)",
+               "fault": _fault_cause(str(e)),
                "trap": "the kernel trapped (assert or __trap)"}.get(kind, "the launch failed")
         return f"{why}: {e}"
     text = str(e)
@@ -222,6 +223,17 @@ def launch_failure(driver, e: Exception) -> str:
     if "unspecified launch failure" in text or "illegal instruction" in text:
         return f"the kernel faulted on the GPU: {text}"
     return f"{type(e).__name__}: {e}"
+
+
+def _fault_cause(text: str) -> str:
+    """What an emulated fault's message says happened, in a student's words."""
+    if "misaligned" in text:
+        return "the kernel faulted (a row length or an offset that breaks a vector access's alignment?)"
+    if "shared arrays" in text:
+        return "the kernel faulted (an index past the end of a shared array?)"
+    if "stack overflow" in text or "arithmetic fault" in text or "illegal instruction" in text:
+        return "the kernel faulted"
+    return "the kernel read or wrote memory outside the arrays (a missing bounds check?)"
 
 
 def did_not_finish(e: Exception) -> bool:

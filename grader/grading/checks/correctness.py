@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from grader.grading.checks import emulator_tools as analysis
+from grader.grading.checks import wrong_patterns
 from grader.grading.checks.common import (
     did_not_finish,
     guard_problems,
@@ -54,15 +56,34 @@ def heatmap(bad: np.ndarray, title: str) -> str:
 
 
 
+def _tile(stage) -> tuple[int, int]:
+    """The rows and columns of C a block computes (32 x 32 for the one-thread-per-element stages)."""
+    d = stage.defines
+    return int(d.get("BM", d.get("TILE", 32))), int(d.get("BN", d.get("TILE", 32)))
+
+
+def locate_fault(driver, run) -> str | None:
+    """A fault the CPU reported without a source line, found again by the emulator's analysis (which
+    checks every access): its readable reason naming the line and thread, or None."""
+    with analysis.thread_order(0), analysis.analysis():
+        try:
+            run()
+        except launch_errors(driver) as e:
+            if ", line " in str(e):
+                return launch_failure(driver, e)
+    return None
+
+
 def collect(source: str, seed: int, ctx: Context) -> Outputs:
     """What the student's kernel did, and nothing judged: C and its guard zones per shape."""
     stage, gpu = ctx.stage, ctx.gpu
-    meta, function = start_stage_collect(stage, source)
+    meta, function = start_stage_collect(stage, source, analysed=not gpu)
     meta["shapes"], arrays = [], {}
     if function is None:
         return meta, arrays
     rng = np.random.default_rng(seed)
     driver, _ = drivers()
+    located: dict[str, str] = {}
     for i, (M, N, K) in enumerate(shapes(gpu)):
         A, B = sgemm.random_inputs(M, N, K, rng)
         launch = stage.launch(M, N, K)
@@ -70,7 +91,13 @@ def collect(source: str, seed: int, ctx: Context) -> Outputs:
             with launch_budget((NAME, stage.id, M, N, K), emulated=not gpu):
                 C, before, after = run_guarded(driver, function, launch, A, B)
         except launch_errors(driver) as e:     # a failed launch: the message says which
-            meta["shapes"].append({"failure": launch_failure(driver, e), "stopped": did_not_finish(e)})
+            failure = launch_failure(driver, e)
+            if not gpu and getattr(e, "kind", None) == "fault" and ", line " not in str(e):
+                if str(e) not in located:
+                    with launch_budget((NAME, stage.id, M, N, K)):
+                        located[str(e)] = locate_fault(driver, lambda: run_guarded(driver, function, launch, A, B))
+                failure = located[str(e)] or failure
+            meta["shapes"].append({"failure": failure, "stopped": did_not_finish(e)})
             if gpu or did_not_finish(e):
                 break               # on a GPU the context is gone after a fault; a hang would hang again
             continue
@@ -89,6 +116,8 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
                                 details={"seed": seed})
     rng = np.random.default_rng(seed)
     lines, figure = [], None
+    failed: dict[str, list[str]] = {}      # a launch failure: the shapes it happened on
+    said: set[str] = set()                 # what the wrong elements suggest, said for the first shape it fits
     ok_all = True
     stopped = False
     ran = list(meta.get("shapes", []))
@@ -102,7 +131,9 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             break
         outcome = ran[i]
         if outcome.get("failure"):
-            lines.append(f"{shape}: {outcome['failure']}")
+            failed.setdefault(outcome["failure"], []).append(shape)
+            if len(failed[outcome["failure"]]) == 1:
+                lines.append(outcome["failure"])       # said once, with every shape it happened on
             ok_all = False
             stopped = stopped or bool(outcome.get("stopped"))
             continue
@@ -117,15 +148,21 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         cmp = sgemm.compare(C, A, B)
         if not cmp.ok:
             r, c, want, got = cmp.first
+            bad = sgemm.wrong_elements(C, A, B)[0]
+            nan = sgemm.nan_hint(C[r, c])
+            hints = wrong_patterns.once([nan and (nan, nan), wrong_patterns.partial_tiles_only(bad, _tile(ctx.stage)),
+                                         wrong_patterns.unwritten_rectangle(C, bad)], said)
             problems.append(f"{cmp.wrong} of {M * N} elements wrong; first at row {r}, column {c}: "
-                            f"expected {want:.6g}, got {got:.6g}" + sgemm.nan_hint(C[r, c]))
+                            f"expected {want:.6g}, got {got:.6g}"
+                            + "".join(h if h.startswith(" (") else f" - {h}" for h in hints))
             if cmp.wrong >= HEATMAP_FROM and figure is None:
-                figure = heatmap(sgemm.wrong_elements(C, A, B)[0], f"wrong elements, {shape}")
+                figure = heatmap(bad, f"wrong elements, {shape}")
         if problems:
             ok_all = False
             lines.append(f"{shape}: " + "; ".join(problems))
         else:
             lines.append(f"{shape}: all {M * N} elements correct")
+    lines = [f"{', '.join(failed[line])}: {line}" if line in failed else line for line in lines]
     head = (f"correct on all {len(shapes(gpu))} shapes" if ok_all else "wrong") + \
         f" (random seed {seed}; tolerance 2 K eps sum|a b| per element against float64)"
     details = {"seed": seed, **({"did_not_finish": True} if stopped else {})}

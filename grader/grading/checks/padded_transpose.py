@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from grader.grading.checks import emulator_tools as analysis
+from grader.grading.checks import wrong_patterns
 from grader.grading.checks.bank_conflicts_configs import conflict_report
 from grader.grading.checks.common import (
     GUARD_BITS,
@@ -57,16 +58,20 @@ def _inputs(rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
     return rng.uniform(-1, 1, (rows, cols)).astype(np.float32)
 
 
-def _compare(out: np.ndarray, x: np.ndarray) -> str | None:
-    """None when out is x^T bit for bit, else the count and the first wrong element."""
+def _compare(out: np.ndarray, x: np.ndarray, said: set | None = None) -> str | None:
+    """None when out is x^T bit for bit, else the count and the first wrong element, with what they
+    suggest unless it is in `said` (hints already given for another shape; this one's are added)."""
     want = transpose.reference(x)
     bad = want.view(np.uint32) != out.view(np.uint32)
     if not bad.any():
         return None
     r, c = (int(v) for v in np.argwhere(bad)[0])
     got = out[r, c]
+    nan = nan_hint(got, "out", "in")
+    hints = wrong_patterns.once([nan and (nan, nan), wrong_patterns.transposed_in_tiles(out, want)],
+                                set() if said is None else said)
     return (f"{int(bad.sum())} of {out.size} elements of out wrong; first out[{r}][{c}]: expected in[{c}][{r}] = "
-            f"{want[r, c]:.6g}, got {got:.6g}" + nan_hint(got, "out", "in"))
+            f"{want[r, c]:.6g}, got {got:.6g}" + "".join(h if h.startswith(" (") else f" - {h}" for h in hints))
 
 
 def collect_correctness(source: str, seed: int, ctx: Context) -> Outputs:
@@ -106,7 +111,7 @@ def judge_correctness(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         return does_not_compile(name, meta["compile_error"], seed)
     rng = np.random.default_rng(seed)
     ran = list(meta.get("shapes", []))
-    ok, lines = True, []
+    ok, lines, said = True, [], set()
     for i, (rows, cols) in enumerate(shapes(gpu)):
         shape = f"in {rows} x {cols}"
         x = _inputs(rows, cols, rng)
@@ -127,7 +132,7 @@ def judge_correctness(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             continue
         problems = guard_problems(np.asarray(arrays.get(f"before{i}", [])), np.asarray(arrays.get(f"after{i}", [])),
                                   rows * cols, "out")
-        wrong = _compare(out, x)
+        wrong = _compare(out, x, said)
         problems += [wrong] if wrong else []
         if problems:
             ok = False

@@ -35,12 +35,15 @@ from grader.kernels.stages import cdiv
 from grader.platform.wire import Opaque
 
 MATMUL, GFLOPS, TIMING = "matmul", "gflops", "time_matmul"
-SHAPES = [(70, 100, 37), (33, 65, 129), (1, 45, 3), (129, 1, 64), (97, 250, 20)]     # M, N, K: no multiple of 32
+# M, N, K: no multiple of 32; the last needs more than 1024 blocks in x, so that block and grid swapped
+# ask for a block of more than 1024 threads (a launch failure) instead of computing C all the same.
+SHAPES = [(70, 100, 37), (33, 65, 129), (1, 45, 3), (129, 1, 64), (97, 250, 20), (3, 33000, 5)]
 FLOAT64_SHAPE = (45, 70, 29)
 TIMING_SHAPE_EMULATOR = (70, 45, 33)
 TIMING_SHAPE_GPU = (2000, 1500, 1000)    # ~1 ms for the coalesced kernel on an H200 (5.3 TFLOPS at 4096^3)
 WARMUP, RUNS = 2, 7                      # what the form check asks time_matmul for
 PLAUSIBLE_FACTOR = 2.0
+MAX_THREADS_PER_BLOCK = 1024
 
 
 def _shape(M, N, K) -> str:
@@ -53,8 +56,8 @@ def _dims_ok(launch) -> bool:
                for d in (launch.grid, launch.block))
 
 
-def _raised(call: Call) -> str:
-    """What the exception says, and what the recorded launch suggests about it."""
+def _raised(call: Call, shape: tuple[int, int] | None = None) -> str:
+    """What the exception says, and what the recorded launch (of C's `shape`, M x N) suggests about it."""
     text, log = call.raised_text(), call.log
     if "invalid type on parameter" in call.raised[1]:
         text += (" - a kernel's int parameters must be passed as numpy.int32(M), numpy.int32(N), numpy.int32(K) "
@@ -64,11 +67,24 @@ def _raised(call: Call) -> str:
     if last is not None and not _dims_ok(last):
         text += (f" - your last launch had block={last.block}, grid={last.grid}: each must be a tuple of 3 ints, "
                  "e.g. block=(32, 32, 1)")
+    elif last is not None and math.prod(last.block) > MAX_THREADS_PER_BLOCK:
+        if shape is not None and _swapped(last, *shape):
+            text += (f" - block and grid look swapped (your last launch had block={last.block}, grid={last.grid}): "
+                     "block is the threads of one block, grid the number of blocks")
+        elif "threads" not in text:
+            text += (f" - your last launch had block={last.block}: {math.prod(last.block)} threads, where a block has "
+                     f"at most {MAX_THREADS_PER_BLOCK}")
     elif last is not None and last.grid and min(last.grid) < 1:
         b = (last.block or (32, 32, 1))[0]
         text += (f" - your last launch had grid={last.grid}: a grid dimension of 0, which floor division "
                  f"gives when M or N is smaller than the block (ceil division: (N + {b} - 1) // {b})")
     return text
+
+
+def _swapped(launch, M: int, N: int) -> bool:
+    """The launch's block is the grid that its grid, taken as a block, would need for an M x N C."""
+    gx, gy = launch.grid[0], launch.grid[1]
+    return min(gx, gy) > 0 and tuple(launch.block[:2]) == (cdiv(N, gx), cdiv(M, gy))
 
 
 # ---- what went wrong in C --------------------------------------------------------------------------
@@ -126,6 +142,9 @@ def explain_wrong(bad: np.ndarray, A: np.ndarray, B: np.ndarray, C: np.ndarray, 
         lines.append(f"{KERNEL} was launched {len(launches)} times in one call (once is enough: one thread per "
                      "element of C)")
     lines += _dtype_causes(A, B, (M, N), log)
+    if bad.all() and np.all(np.abs(C) <= 1e-30):
+        lines.append("every element of C is 0: was C copied back from the device into the array you return "
+                     "(c_gpu.get(), or drv.memcpy_dtoh)?")
     return "\n  ".join(lines)
 
 
@@ -138,7 +157,8 @@ def _dtype_causes(A: np.ndarray, B: np.ndarray, c_shape: tuple, log: HostLog) ->
         which = " or ".join(n for n, x in (("A", A), ("B", B)) if x.size == size) or "an array"
         found.append(f"{which} went to the device as {e.dtype} ({e.nbytes} bytes, {e.nbytes // max(size, 1)} "
                      f"an element): the kernel reads float (4 bytes an element), so it reads those bytes as "
-                     f"other numbers - convert first: np.ascontiguousarray(A, dtype=np.float32)")
+                     f"other numbers - convert first: np.ascontiguousarray({which if which in 'AB' else 'A'}, "
+                     "dtype=np.float32)")
     for e in log.of("dtoh"):
         if e.dtype != "float32":
             found.append(f"C came back into a {e.dtype} array of shape {e.shape} ({e.nbytes} bytes): the kernel "
@@ -195,7 +215,7 @@ def _one_case(call: Call, A: np.ndarray, B: np.ndarray) -> tuple[bool, str]:
     M, K = A.shape
     N = B.shape[1]
     if call.raised:
-        return False, f"{_shape(M, N, K)}: {_raised(call)}"
+        return False, f"{_shape(M, N, K)}: {_raised(call, (M, N))}"
     C, problem = _as_matrix(call.value, (M, N))
     if C is None:
         return False, f"{_shape(M, N, K)}: {problem}"
@@ -210,6 +230,16 @@ def _one_case(call: Call, A: np.ndarray, B: np.ndarray) -> tuple[bool, str]:
     return True, f"{_shape(M, N, K)}: all elements correct{how}"
 
 
+def _said_once(results: list[tuple[bool, str]]) -> list[tuple[bool, str]]:
+    """Each shape's lines with the causes already given for an earlier shape left out."""
+    seen, out = set(), []
+    for ok, text in results:
+        first, *causes = text.split("\n  ")
+        out.append((ok, "\n  ".join([first] + [c for c in causes if c not in seen])))
+        seen.update(causes)
+    return out
+
+
 def collect_matmul(source: str, seed: int, ctx: Context, float64: bool = False) -> Outputs:
     return _collect_calls(source, MATMUL, [((A, B), {}) for A, B in _inputs(seed, float64)])
 
@@ -220,7 +250,7 @@ def judge_matmul(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     calls = _calls(outputs, len(cases))
     if isinstance(calls, str):
         return CheckResult.make(name, False, calls, details={"seed": seed})
-    results = [_one_case(c, A, B) for c, (A, B) in zip(calls, cases)]
+    results = _said_once([_one_case(c, A, B) for c, (A, B) in zip(calls, cases)])
     ok = all(r[0] for r in results)
     head = (f"C = A B right on all {len(SHAPES)} shapes" if ok else
             f"failed on {sum(not r[0] for r in results)} of {len(SHAPES)} shapes") + \

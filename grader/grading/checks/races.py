@@ -17,7 +17,7 @@ from grader.grading.checks.common import (
     start_stage_collect,
 )
 from grader.grading.protocol import Check, Context, Outputs
-from grader.grading.report import CheckResult
+from grader.grading.report import NOT_GRADED, CheckResult
 from grader.kernels import sgemm
 from grader.platform.backend import drivers
 
@@ -98,9 +98,9 @@ def _problems(ran: dict, arrays: dict, i: int, shape: tuple) -> list[str]:
     if races:
         problems.append(f"{len(races)} race(s) on shared or global memory, e.g.:\n  "
                         + "\n  ".join(_distinct(races)))
-    if oob:
-        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
-                        + "\n  ".join(_distinct(oob)))
+    unsaid = [d for d in _distinct(oob) if d not in (ran.get("failure") or "")]     # the failure names the first
+    if unsaid:
+        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  " + "\n  ".join(unsaid))
     C0 = returned_matrix(arrays.get(f"{i}:C0"), (M, N))
     if C0 is not None:
         problems += analysis.order_problems(
@@ -108,12 +108,15 @@ def _problems(ran: dict, arrays: dict, i: int, shape: tuple) -> list[str]:
             len(ORDER_SEEDS), "C",
             "threads read data that other threads have not written yet (or overwrite it too early): a missing "
             "__syncthreads()?")
-        if sgemm.never_written(C0).any():
-            problems.append(f"{int(sgemm.never_written(C0).sum())} element(s) of C were never written: only a kernel "
-                            "that computes C is credited with being race-free")
     elif not ran.get("failure"):
         problems.append("the grading process returned no C")
     return problems
+
+
+def _unwritten(arrays: dict, i: int, shape: tuple) -> int:
+    """How many elements of C the normal thread order left unwritten."""
+    C0 = returned_matrix(arrays.get(f"{i}:C0"), shape[:2])
+    return 0 if C0 is None else int(sgemm.never_written(C0).sum())
 
 
 def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
@@ -131,6 +134,12 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             return CheckResult.make(NAME, False, f"{shapes[i]}, random seed {seed}:\n" + "\n".join(problems),
                                     details={"seed": seed, **({"did_not_finish": True} if meta.get("stopped") else {})},
                                     output=log)
+        unwritten = _unwritten(arrays, i, shape)
+        if unwritten:       # no race found, but on a kernel that leaves C unwritten: not a verdict on races
+            return CheckResult(NAME, NOT_GRADED, f"not graded: {shapes[i]}, random seed {seed}: {unwritten} "
+                               "element(s) of C were never written, and only a kernel that computes C is credited "
+                               "with being race-free (the correctness check says what is wrong)", 0.0,
+                               details={"seed": seed}, output=log)
     return CheckResult.make(NAME, True, f"{' and '.join(shapes)}, random seed {seed}: no races, no out-of-bounds "
                             f"accesses, the same C in {len(ORDER_SEEDS) + 1} thread orders",
                             details={"seed": seed}, output=log)

@@ -1,0 +1,62 @@
+"""What the pattern of wrong elements in an output suggests, worded as a suggestion: said only when the
+pattern is there (a wrong hint costs more than none). Each returns (kind, text) or None; a check says
+each kind once, for the first shape it fits (`once`)."""
+from __future__ import annotations
+
+import numpy as np
+
+from grader.kernels.sgemm import never_written
+
+
+def _span(lo: int, hi: int, word: str) -> str:
+    return f"{word} {lo}" if lo == hi else f"{word}s {lo}..{hi}"
+
+
+def once(hints, said: set) -> list[str]:
+    """The texts of the hints (kind, text) whose kind is not in `said` yet; their kinds are added to it."""
+    new = [(kind, text) for kind, text in (h for h in hints if h) if kind not in said]
+    said.update(kind for kind, _ in new)
+    return [text for _, text in new]
+
+
+def partial_tiles_only(bad: np.ndarray, tile: tuple[int, int]) -> tuple[str, str] | None:
+    """Only elements in the last, partial tiles (of `tile` = (rows, columns)) are wrong, while whole tiles
+    exist and are right."""
+    M, N = bad.shape
+    full_r, full_c = M - M % tile[0], N - N % tile[1]
+    if not full_r or not full_c or (full_r == M and full_c == N) or bad[:full_r, :full_c].any():
+        return None
+    edges = ([_span(full_r, M - 1, "row")] if bad[full_r:, :full_c].any() else []) + \
+            ([_span(full_c, N - 1, "column")] if bad[:full_r, full_c:].any() else [])
+    where = " and ".join(edges) or f"rows {full_r}.., columns {full_c}.."
+    return "partial tiles", (f"only the last, partial {tile[0]} x {tile[1]} tiles are wrong ({where}), the whole tiles right: the "
+            "tile's edge - a bounds check, or a load that does not fill with zeros past the end of the matrix?")
+
+
+def unwritten_rectangle(values: np.ndarray, bad: np.ndarray, name: str = "C") -> tuple[str, str] | None:
+    """The wrong elements are exactly a rectangle, never written, and not the whole output."""
+    if not bad.any() or bad.all() or not never_written(values[bad]).all():
+        return None
+    rows, cols = np.flatnonzero(bad.any(axis=1)), np.flatnonzero(bad.any(axis=0))
+    r0, r1, c0, c1 = int(rows[0]), int(rows[-1]), int(cols[0]), int(cols[-1])
+    if not bad[r0:r1 + 1, c0:c1 + 1].all() or int(bad.sum()) != (r1 - r0 + 1) * (c1 - c0 + 1):
+        return None
+    return "unwritten rectangle", (f"{_span(r0, r1, 'row')}, {_span(c0, c1, 'column')} of {name} were never written, the rest right: no "
+            "thread writes there (a bounds check, or a thread mapping that leaves them out?)")
+
+
+def transposed_in_tiles(out: np.ndarray, want: np.ndarray, tile: int = 32) -> tuple[str, str] | None:
+    """Every wrong element holds what its mirror within its own tile should: each tile transposed twice."""
+    rows, cols = want.shape
+    r, c = np.indices(want.shape)
+    base_r, base_c = r - r % tile, c - c % tile
+    mr, mc = base_r + (c - base_c), base_c + (r - base_r)
+    inside = (mr < rows) & (mc < cols)
+    bad = want.view(np.uint32) != out.view(np.uint32)
+    mirrored = want[np.where(inside, mr, 0), np.where(inside, mc, 0)]
+    checked = bad & inside            # a mirror outside the matrix (a partial tile) shows nothing
+    if not bad.any() or 2 * int(checked.sum()) < int(bad.sum()) or \
+            not (mirrored.view(np.uint32)[checked] == out.view(np.uint32)[checked]).all():
+        return None
+    return "mirrored in tiles", (f"the wrong elements hold the values of their mirrors inside their {tile} x {tile} tile (row and column "
+            "swapped there): the shared tile written and read with the same index order?")

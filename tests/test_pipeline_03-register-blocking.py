@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-from grader.platform.devices import H200
 from nbgrader_course import (
     autograded_notebook,
     cell_output,
@@ -29,6 +28,8 @@ from nbgrader_course import (
     source_notebook,
     stderr_in_graded_cells,
 )
+
+from grader.platform.devices import H200
 
 LAB, NB = "03-register-blocking", "register-blocking"
 

@@ -15,9 +15,8 @@ import html as _html
 
 import numpy as np
 
-from grader.grading.checks import analysed_launch
+from grader.grading.checks import analysed_launch, wrong_patterns
 from grader.grading.checks import emulator_tools as analysis
-from grader.grading.checks import wrong_patterns
 from grader.grading.checks.common import (
     launch_budget,
     launch_errors,

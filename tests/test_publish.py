@@ -168,7 +168,7 @@ def test_self_checks_in_a_fresh_clone(clone, lab, tmp_path):
         path = tmp_path / ("broken" if broken else "reference")
         path.write_text(source)
         env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GRADER_BACKEND": "emulator",
-               "GRADER_EMULATOR_CACHE": str(tmp_path / "cache")}
+               "GRADER_EMULATOR_CACHE": str(where.parent / "emulator-cache")}   # the student's, kept between labs
         p = subprocess.run([str(python), "-m", "grader", "check", str(path), "--exercise", exercise, "--json"],
                            cwd=where, env=env, capture_output=True, text=True, timeout=900)
         report = json.loads(p.stdout)

@@ -203,8 +203,12 @@ def test_workers_and_gpus():
     for bad, words in (("0,1,0", "twice"), ("0,,1", "indices"), ("0 1", "indices")):
         with pytest.raises(ValueError, match=words):
             class_autograde.slots(bad, None)
-    with pytest.raises(ValueError, match="one worker per GPU"):
-        class_autograde.slots("0,1", 4)
+    assert [s.gpu for s in class_autograde.slots("0,1", 2)] == ["0", "1"]
+    assert [s.gpu for s in class_autograde.slots("0", 3)] == ["0", "0", "0"]        # three workers share GPU 0
+    assert [s.gpu for s in class_autograde.slots("0,1", 3)] == ["0", "1", "0"]
+    assert class_autograde.describe(class_autograde.slots("0", 3)).startswith("3 workers sharing GPU 0")
+    with pytest.raises(ValueError, match="at least 1"):
+        class_autograde.slots("0", 0)
 
 
 def test_clear_errors(tmp_path, classes):

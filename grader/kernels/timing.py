@@ -159,10 +159,10 @@ def _device():
     makes its context on device 0 of the same CUDA_VISIBLE_DEVICES), without making a context."""
     import pycuda.driver as drv  # optional: only on a GPU
     drv.init()
-    try:
-        return drv.Context.get_device()
-    except drv.Error:
-        return drv.Device(0)
+    current = None
+    with contextlib.suppress(Exception):        # no context yet: device 0
+        current = drv.Context.get_current()
+    return current.get_device() if current is not None else drv.Device(0)
 
 
 def lock_path(device=None) -> Path:

@@ -253,6 +253,28 @@ def test_four_workers_give_the_serial_gradebook(classes, tmp_path):
     assert _summary(course)["ref"]["status"] == "unchanged (graded)"
 
 
+def test_two_workers_sharing_one_gpu_give_the_serial_gradebook(classes, tmp_path):
+    """--gpus 0 --workers 2: two submissions graded at once on GPU 0, each timed section alone
+    (on the emulator a lock file stands for the GPU's, and its holdings are logged)."""
+    pristine, serial = classes
+    students = ["ref", "nobounds", "answers-only", "expressions"]
+    course = _copy(pristine, tmp_path / "course", students)
+    log = tmp_path / "held.log"
+    env = {**_env(), "GRADER_GPU_LOCK": str(tmp_path / "gpu.lock"), "GRADER_GPU_LOCK_LOG": str(log)}
+    p = _autograde(course, "--gpus", "0", "--workers", "2", env=env)
+    assert p.returncode == 0 and p.stderr == "", p.stdout + p.stderr
+    assert "on 2 workers sharing GPU 0" in p.stdout, p.stdout
+    _assert_same(gradebook_contents(course), gradebook_contents(serial, students))
+    entries = _ledger(course)
+    assert {r["gpu"] for r in entries.values()} == {"0"}
+    spans = sorted((r["started"], r["ended"]) for r in entries.values())
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), spans         # two at once on GPU 0
+    held = [(m, float(s), float(e)) for m, s, e, _ in (line.split() for line in log.read_text().splitlines())]
+    timed = [h for h in held if h[0] == "exclusive"]
+    assert len(timed) >= len(students), held                          # each performance check timed alone
+    assert not [(a, b) for a in timed for b in held if a is not b and a[1] < b[2] and b[1] < a[2]], held
+
+
 @pytest.mark.slurm
 def test_slurm_array_gives_the_serial_gradebook(classes, tmp_path):
     pristine, serial = classes

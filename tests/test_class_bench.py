@@ -9,11 +9,27 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("nbgrader")
-pytestmark = pytest.mark.pipeline
+
+from grader.programs import class_bench  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
 
+def test_the_ratio_is_read_from_what_the_performance_cell_says():
+    said = ("M=4096 N=4096 K=4096: 8854 GFLOPS = 0.173 x cuBLAS (51280 GFLOPS, same GPU, same inputs, median of "
+            "20 runs); needed 0.1 x cuBLAS = 5128 GFLOPS")
+    m = class_bench.MEASURED.search(said)
+    assert m and int(m.group(1)) / int(m.group(2)) == 8854 / 51280
+
+
+def test_only_a_timed_section_beside_another_holding_counts_as_an_overlap():
+    held = [("shared", 0, 2), ("shared", 1, 3), ("exclusive", 3, 4), ("shared", 4, 5)]
+    assert class_bench.overlapping(held) == 0
+    assert class_bench.overlapping(held + [("shared", 3.5, 3.6)]) == 1
+    assert class_bench.overlapping(held + [("exclusive", 3.9, 4.5)]) == 2
+
+
+@pytest.mark.pipeline
 def test_a_small_class_graded_serially_and_by_two_workers_agrees(tmp_path):
     out = tmp_path / "class-autograde.md"
     p = subprocess.run([sys.executable, "-m", "grader", "class-bench", "--students", "4", "--workers", "2",

@@ -6,11 +6,13 @@ hanging, hostile) graded by `python -m grader autograde` twice, serially (--work
 each run's wall time, the seconds the GPU's lock was held exclusively (timing) and whether a
 timed section overlapped any other holder (its log, GRADER_GPU_LOCK_LOG), and per submission the
 score and the performance ratio to cuBLAS in both runs. Exit status 1 when a score differs or a
-timed section overlapped. Without a GPU the emulator grades (no performance points, no ratios),
-with a lock file standing for the GPU's (GRADER_GPU_LOCK)."""
+timed section overlapped. With --work, a bench stopped halfway keeps its finished run. Without a
+GPU the emulator grades (no performance points, no ratios), with a lock file standing for the
+GPU's (GRADER_GPU_LOCK)."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -31,7 +33,7 @@ PERFORMANCE_CELL = "smem-tiling-performance"
 MEASURED = re.compile(r"(\d+) GFLOPS = [0-9.]+ x cuBLAS \((\d+) GFLOPS")
 
 
-def build_class(work: Path, students: int) -> tuple[Path, dict[str, str]]:
+def build_class(work: Path, students: int) -> None:
     """WORK/pristine: a course with lab 02 released and the class handed in, nothing graded."""
     kinds = class_kinds(students)
     pristine = work / "pristine"
@@ -42,7 +44,6 @@ def build_class(work: Path, students: int) -> tuple[Path, dict[str, str]]:
         for student, kind in kinds.items():
             hand_in(course, student, kind)
         shutil.copytree(course, pristine, symlinks=True)
-    return pristine, kinds
 
 
 def grade(pristine: Path, run: Path, gpu: str, workers: int, lock: Path | None) -> float:
@@ -108,6 +109,28 @@ def results(course: Path, students) -> dict[str, dict]:
     return out
 
 
+def measured_run(work: Path, name: str, students: int, workers: int, gpu: str, on_gpu: bool) -> dict:
+    """One run of the class at WORK/NAME, or the one a killed bench finished there before (WORK/NAME/run.json)."""
+    done = work / name / "run.json"
+    key = {"students": students, "workers": workers, "gpu": gpu}
+    if done.exists() and json.loads(done.read_text()).get("key") == key:
+        print(f"{name}: finished by an earlier class-bench in {work}", flush=True)
+        return json.loads(done.read_text())["run"]
+    pristine = work / "pristine"
+    if not (pristine / f"{students}.students").exists():
+        shutil.rmtree(pristine, ignore_errors=True)
+        build_class(work, students)
+        (pristine / f"{students}.students").touch()
+    lock = None if on_gpu else work / "gpu.lock"       # the emulator: a file stands for the GPU's lock
+    wall = grade(pristine, work / name, gpu, workers, lock)
+    held = lock_intervals(work / name / "gpu-lock.log")
+    run = {"workers": workers, "wall": wall, "overlaps": overlapping(held),
+           "exclusive": sum(end - start for mode, start, end in held if mode == "exclusive"),
+           "results": results(work / name / "course", class_kinds(students))}
+    done.write_text(json.dumps({"key": key, "run": run}))
+    return run
+
+
 def _num(x, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
@@ -153,22 +176,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=8, help="workers of the parallel run (default 8)")
     p.add_argument("--gpu", default="0", help="the GPU both runs grade on (default 0)")
     p.add_argument("--out", default=None, help="write the markdown there")
-    p.add_argument("--work", default=None, help="keep the courses there (default: a folder removed at the end)")
+    p.add_argument("--work", default=None, help="keep the courses there (default: a folder removed at the end); "
+                   "a run finished there is not run again")
     args = p.parse_args(argv)
     if args.students < 1 or args.workers < 2:
         p.error("--students at least 1, --workers at least 2")
     backend = current()
     work = Path(args.work).resolve() if args.work else Path(tempfile.mkdtemp(prefix="class-bench-"))
     try:
-        pristine, kinds = build_class(work, args.students)
-        lock = None if backend.name == "gpu" else work / "gpu.lock"       # the emulator: a file stands for the GPU
         runs = {}
         for name, workers in (("serial", 1), ("parallel", args.workers)):
-            wall = grade(pristine, work / name, args.gpu, workers, lock)
-            held = lock_intervals(work / name / "gpu-lock.log")
-            runs[name] = {"workers": workers, "wall": wall, "overlaps": overlapping(held),
-                          "exclusive": sum(end - start for mode, start, end in held if mode == "exclusive"),
-                          "results": results(work / name / "course", kinds)}
+            runs[name] = measured_run(work, name, args.students, workers, args.gpu, backend.name == "gpu")
+        kinds = class_kinds(args.students)
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)

@@ -140,3 +140,16 @@ def test_each_holding_is_logged_where_asked(monkeypatch, tmp_path):
     lines = [line.split() for line in log.read_text().splitlines()]
     assert [line[0] for line in lines] == ["shared", "exclusive"]
     assert all(float(start) <= float(end) and int(pid) == os.getpid() for _, start, end, pid in lines)
+
+
+def test_a_notebook_whose_parent_holds_the_lock_times_under_it(monkeypatch, tmp_path):
+    """At autograde time the notebook's run holds the lock shared (SandboxedExecute): the notebook's own
+    timings, shown and never graded, neither wait for it nor fail."""
+    from grader.platform import settings
+    monkeypatch.setattr(timing, "_held", None)
+    monkeypatch.setattr(settings, "_current", settings.current().with_(gpu_lock_held=timing.NOTEBOOK))
+    timing.held_for_notebook()
+    missing = tmp_path / "not-here" / "gpu.lock"
+    with timing.gpu_lock(missing, wait_s=0.1):
+        pass
+    assert not missing.parent.exists()

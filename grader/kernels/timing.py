@@ -142,6 +142,7 @@ def _cupy():
 # A grading process that runs anything on the GPU holds its lock shared; one that times, exclusive.
 # Trusted processes take it for the sandboxed ones they start (held_for_child), which cannot see it.
 EXCLUSIVE, SHARED = "exclusive", "shared"
+NOTEBOOK = "notebook"      # a notebook's run at autograde time, held shared for it: its own timings are shown, not graded
 _held: str | None = None   # the mode this process holds, or its parent holds for it (held_by_parent)
 
 
@@ -257,9 +258,16 @@ def held_by_parent(mode: str) -> None:
     """In a sandboxed process whose trusted parent holds the lock for it (held_for_child): gpu_lock opens
     nothing (the process cannot see the lock), and timing under a shared one fails."""
     global _held
-    if mode not in (EXCLUSIVE, SHARED):
-        raise ValueError(f"the GPU's lock is held {EXCLUSIVE} or {SHARED}, not {mode!r}")
+    if mode not in (EXCLUSIVE, SHARED, NOTEBOOK):
+        raise ValueError(f"the GPU's lock is held {EXCLUSIVE}, {SHARED} or for a {NOTEBOOK}, not {mode!r}")
     _held = mode
+
+
+def held_for_notebook() -> None:
+    """In a notebook's kernel at autograde time whose parent holds the lock for it (GRADER_GPU_LOCK_HELD,
+    set by SandboxedExecute): its own timings run under that lock, shown and never graded."""
+    if settings.current().gpu_lock_held == NOTEBOOK:
+        held_by_parent(NOTEBOOK)
 
 
 @contextlib.contextmanager

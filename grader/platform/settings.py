@@ -14,6 +14,9 @@
                                                                 backend (default: one per GPU, on a GPU only)
     GRADER_GPU_LOCK_LOG        path    (none)                   a file each holder of that lock appends its
                                                                 interval to: `exclusive|shared START END PID`
+    GRADER_GPU_LOCK_HELD       str     (none)                   set by the grader, not by hand: on a notebook's
+                                                                kernel at autograde time, whose parent holds the
+                                                                lock for it (`notebook`)
 
 The environment is read once, when `current()` is first called. A process
 the grader starts gets its settings in its job description (`to_dict()`,
@@ -47,6 +50,7 @@ class Settings:
     emulator_memory: int | None = None
     gpu_lock: str | None = None
     gpu_lock_log: str | None = None
+    gpu_lock_held: str | None = None
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -88,7 +92,8 @@ def from_environment(environ=os.environ) -> Settings:
                         emulator_nvcc=_flag(get("GRADER_EMULATOR_NVCC", "1"), "GRADER_EMULATOR_NVCC"),
                         emulator_timeout=float(get("GRADER_EMULATOR_TIMEOUT", "60")),
                         emulator_memory=int(get("GRADER_EMULATOR_DEVICE_MEMORY")) if get("GRADER_EMULATOR_DEVICE_MEMORY") else None,
-                        gpu_lock=get("GRADER_GPU_LOCK") or None, gpu_lock_log=get("GRADER_GPU_LOCK_LOG") or None)
+                        gpu_lock=get("GRADER_GPU_LOCK") or None, gpu_lock_log=get("GRADER_GPU_LOCK_LOG") or None,
+                        gpu_lock_held=get("GRADER_GPU_LOCK_HELD") or None)
     except ValueError as e:
         raise ValueError(f"grader settings: {e}") from None
 

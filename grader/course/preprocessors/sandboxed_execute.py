@@ -64,6 +64,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         tool, why = sandbox.mechanism()
         if not tool:
             self.log.warning("autograde kernel not sandboxed: %s", why)
+            if _lock_paths:
+                kw["env"] = {**(kw.get("env") or os.environ), "GRADER_GPU_LOCK_HELD": timing.NOTEBOOK}
             return kernel_limits() + cmd, kw
         private = tempfile.mkdtemp(prefix="grader-kernel-")
         self._private = private
@@ -76,6 +78,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         env.update(TMPDIR=private, HOME=private, IPYTHONDIR=os.path.join(private, "ipython"),
                    MPLCONFIGDIR=os.path.join(private, "matplotlib"),
                    GRADER_EMULATOR_CACHE=os.path.join(private, "emulator-cache"))
+        if _lock_paths:                 # its own timings run under the lock held for it (shown, never graded)
+            env["GRADER_GPU_LOCK_HELD"] = timing.NOTEBOOK
         kw["env"] = env
         kw["cwd"] = work
         python = os.path.dirname(os.path.dirname(os.path.realpath(cmd[0])))

@@ -93,3 +93,9 @@ def test_the_parent_holds_the_lock_and_tells_the_grading_process(monkeypatch, tm
     assert [mode for mode, _ in jobs][-2:] == ["exclusive", "shared"]
     assert all(str(lock) in paths for _, paths in jobs)
     assert {pid for *_, pid in holdings(log)} == {os.getpid()}      # held here, never by the grading process
+
+
+def test_a_lock_that_cannot_be_taken_is_the_graders_failure(monkeypatch, tmp_path):
+    monkeypatch.setattr(settings, "_current", settings.current().with_(gpu_lock=str(tmp_path / "no" / "gpu.lock")))
+    result = isolation.run_check("smem-tiling", "compiles", REFERENCE)
+    assert result.status == "grader error" and "the GPU's lock could not be taken" in result.message, result

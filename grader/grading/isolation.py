@@ -24,6 +24,7 @@ own, once per check and backend (grader.grading.checks.common.launch_budget).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import io
 import json
@@ -203,13 +204,16 @@ def _collect(exercise: str, spec, submission: str, seed: int, job_settings: Sett
     """(meta, arrays, captured output) from a grading process, or the CheckResult saying why there are none.
     The GPU's lock is held here for the process (exclusively when it times kernels), before its time starts."""
     name = spec.name if spec is not None else "reference"
-    gpu = job_settings.backend == "gpu"
-    try:
-        with timing.held_for_child(gpu, _times_kernels(exercise, spec), GPU_WAIT_S) as (lock_mode, lock_paths):
-            return _collect_held(name, spec, exercise, submission, seed, job_settings, budgets, timeout, measure,
-                                 lock_mode, lock_paths)
-    except timing.GpuBusy as e:
-        return CheckResult.grader_error(name, f"{e} (the grader's limit, not the kernel's: regrade later)")
+    with contextlib.ExitStack() as held:
+        try:
+            lock_mode, lock_paths = held.enter_context(timing.held_for_child(
+                job_settings.backend == "gpu", _times_kernels(exercise, spec), GPU_WAIT_S))
+        except timing.GpuBusy as e:
+            return CheckResult.grader_error(name, f"{e} (the grader's limit, not the kernel's: regrade later)")
+        except Exception as e:      # noqa: BLE001 - the lock's file or the driver: the grader's failure, said so
+            return CheckResult.grader_error(name, f"the GPU's lock could not be taken ({type(e).__name__}: {e})")
+        return _collect_held(name, spec, exercise, submission, seed, job_settings, budgets, timeout, measure,
+                             lock_mode, lock_paths)
 
 
 def _collect_held(name: str, spec, exercise: str, submission: str, seed: int, job_settings: Settings,

@@ -18,10 +18,10 @@ from nbgrader.preprocessors import Execute
 from traitlets import Unicode
 
 from grader.course import gradebook
+from grader.grading.isolation import GPU_WAIT_S
 from grader.kernels import timing
 from grader.platform import backend, sandbox, settings
 
-GPU_WAIT_S = 1200.0         # waiting for the GPU's lock while other submissions time kernels
 _lock_paths: list[str] = []     # the GPU's lock, held for the kernel running now: hidden from it
 
 

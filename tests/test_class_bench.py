@@ -29,6 +29,23 @@ def test_only_a_timed_section_beside_another_holding_counts_as_an_overlap():
     assert class_bench.overlapping(held + [("exclusive", 3.9, 4.5)]) == 2
 
 
+def _run(workers: int, scores: dict, ratio=None) -> dict:
+    return {"workers": workers, "wall": 10.0 / workers, "status": 0, "overlaps": 0, "exclusive": 1.0,
+            "results": {s: {"score": v, "ratio": ratio} for s, v in scores.items()}}
+
+
+def test_the_runs_agree_only_with_every_score_there_and_equal():
+    kinds = {"s00-correct": "correct", "s01-hangs": "hangs"}
+    same = {"s00-correct": 11.0, "s01-hangs": 3.0}
+    text, agree = class_bench.report("python3 -m grader class-bench", "gpu", kinds,
+                                     {"serial": _run(1, same, 0.17), "parallel": _run(2, same, 0.1734)})
+    assert agree and "largest relative difference: 2.00 %" in text, text
+    for other in ({**same, "s01-hangs": 2.5}, {**same, "s01-hangs": None}):
+        text, agree = class_bench.report("python3 -m grader class-bench", "gpu", kinds,
+                                         {"serial": _run(1, same), "parallel": _run(2, other)})
+        assert not agree, text
+
+
 @pytest.mark.pipeline
 def test_a_small_class_graded_serially_and_by_two_workers_agrees(tmp_path):
     out = tmp_path / "class-autograde.md"
@@ -39,7 +56,7 @@ def test_a_small_class_graded_serially_and_by_two_workers_agrees(tmp_path):
     assert re.search(r"^Command \(from the repository root\): `python3 -m grader class-bench --students 4 "
                      r"--workers 2 --out \S+`$", text, re.M), text
     assert "Scores: equal in both runs for 4 of 4 submissions." in text
-    runs = re.findall(r"^\| (serial|parallel) \| (\d+) \| [0-9.]+ \| ([0-9.]+) \| (\d+) \|$", text, re.M)
+    runs = re.findall(r"^\| (serial|parallel) \| (\d+) \| [0-9.]+ \| ([0-9.]+) \| (\d+) \| 0 \| 0 \|$", text, re.M)
     assert [(r[0], r[1], r[3]) for r in runs] == [("serial", "1", "0"), ("parallel", "2", "0")], text
     assert all(float(r[2]) > 0 for r in runs), text          # the performance checks held the lock alone
     rows = re.findall(r"^\| (s\d\d-[\w-]+) \| ([\w-]+) \| (\S+) \| (\S+) \|", text, re.M)

@@ -5,8 +5,8 @@ hanging, hostile) graded by `python -m grader autograde` twice, serially (--work
 --workers workers sharing one GPU, each run in a copy of the same course. Written as markdown:
 each run's wall time, the seconds the GPU's lock was held exclusively (timing) and whether a
 timed section overlapped any other holder (its log, GRADER_GPU_LOCK_LOG), and per submission the
-score and the performance ratio to cuBLAS in both runs. Exit status 1 when a score differs or a
-timed section overlapped. With --work, a bench stopped halfway keeps its finished run. Without a
+score and the performance ratio to cuBLAS in both runs. Exit status 1 when a score differs or is
+missing, or a timed section overlapped. With --work, a bench stopped halfway keeps its finished run. Without a
 GPU the emulator grades (no performance points, no ratios), with a lock file standing for the
 GPU's (GRADER_GPU_LOCK)."""
 from __future__ import annotations
@@ -46,8 +46,8 @@ def build_class(work: Path, students: int) -> None:
         shutil.copytree(course, pristine, symlinks=True)
 
 
-def grade(pristine: Path, run: Path, gpu: str, workers: int, lock: Path | None) -> float:
-    """`python -m grader autograde` of a copy of the class at RUN/course; its wall time in seconds."""
+def grade(pristine: Path, run: Path, gpu: str, workers: int, lock: Path | None) -> tuple[float, int]:
+    """`python -m grader autograde` of a copy of the class at RUN/course: its wall time in seconds, its exit status."""
     course = run / "course"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
@@ -61,10 +61,10 @@ def grade(pristine: Path, run: Path, gpu: str, workers: int, lock: Path | None) 
     print(f"{run.name}: {' '.join(command[1:])}", flush=True)
     t0 = time.monotonic()
     with open(run / "autograde.log", "w") as log:
-        subprocess.run(command, cwd=COURSE_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
+        code = subprocess.run(command, cwd=COURSE_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     wall = time.monotonic() - t0
     print((run / "autograde.log").read_text()[-3000:], flush=True)
-    return wall
+    return wall, code
 
 
 def lock_intervals(log: Path) -> list[tuple[str, float, float]]:
@@ -122,9 +122,9 @@ def measured_run(work: Path, name: str, students: int, workers: int, gpu: str, o
         build_class(work, students)
         (pristine / f"{students}.students").touch()
     lock = None if on_gpu else work / "gpu.lock"       # the emulator: a file stands for the GPU's lock
-    wall = grade(pristine, work / name, gpu, workers, lock)
+    wall, code = grade(pristine, work / name, gpu, workers, lock)
     held = lock_intervals(work / name / "gpu-lock.log")
-    run = {"workers": workers, "wall": wall, "overlaps": overlapping(held),
+    run = {"workers": workers, "wall": wall, "status": code, "overlaps": overlapping(held),
            "exclusive": sum(end - start for mode, start, end in held if mode == "exclusive"),
            "results": results(work / name / "course", class_kinds(students))}
     done.write_text(json.dumps({"key": key, "run": run}))
@@ -136,7 +136,8 @@ def _num(x, fmt: str) -> str:
 
 
 def report(command: str, backend: str, kinds: dict, runs: dict) -> tuple[str, bool]:
-    """The markdown, and whether the runs agree (equal scores, no timed section beside other GPU work)."""
+    """The markdown, and whether the runs agree (every score there and equal, no timed section beside other
+    GPU work)."""
     (s_name, serial), (p_name, parallel) = runs.items()
     rows, diffs, unequal = [], [], []
     for student, kind in kinds.items():
@@ -150,15 +151,19 @@ def report(command: str, backend: str, kinds: dict, runs: dict) -> tuple[str, bo
         rows.append(f"| {student} | {kind} | {_num(a['score'], 'g')} | {_num(b['score'], 'g')} | "
                     f"{_num(a['ratio'], '.4f')} | {_num(b['ratio'], '.4f')} | {_num(d and 100 * d, '.2f')} |")
     overlaps = sum(r["overlaps"] for r in runs.values())
+    ungraded = [s for r in runs.values() for s, got in r["results"].items() if got["score"] is None]
     lines = [f"# Class autograde on one GPU: serially and by {parallel['workers']} workers", "",
              f"Command (from the repository root): `{command}`", "",
              f"Backend: {backend}. {os.cpu_count()} CPU cores. Lab {LAB}, {len(kinds)} submissions: "
              + ", ".join(f"{sum(k == kind for k in kinds.values())} {kind}" for kind in KINDS
                          if kind in kinds.values()) + " (grader/programs/class_submissions.py).", "",
-             "| run | workers | wall (s) | GPU lock held exclusively (s) | timed sections beside other GPU work |",
-             "|---|---|---|---|---|"]
+             "| run | workers | wall (s) | GPU lock held exclusively (s) | timed sections beside other GPU work "
+             "| autograde's exit status | submissions without a score |",
+             "|---|---|---|---|---|---|---|"]
     for name, r in runs.items():
-        lines.append(f"| {name} | {r['workers']} | {r['wall']:.1f} | {r['exclusive']:.1f} | {r['overlaps']} |")
+        missing = sum(got["score"] is None for got in r["results"].values())
+        lines.append(f"| {name} | {r['workers']} | {r['wall']:.1f} | {r['exclusive']:.1f} | {r['overlaps']} | "
+                     f"{r['status']} | {missing} |")
     lines += ["", f"Wall time, serial / parallel: {serial['wall'] / parallel['wall']:.2f} x.", "",
               f"Scores: equal in both runs for {len(kinds) - len(unequal)} of {len(kinds)} submissions"
               + (f"; different: {', '.join(unequal)}." if unequal else "."),
@@ -167,7 +172,7 @@ def report(command: str, backend: str, kinds: dict, runs: dict) -> tuple[str, bo
                  "none measured (no GPU)."), "",
               "| student | kind | score serial | score parallel | ratio serial | ratio parallel | difference (%) |",
               "|---|---|---|---|---|---|---|", *rows, ""]
-    return "\n".join(lines), not unequal and overlaps == 0
+    return "\n".join(lines), not unequal and not ungraded and overlaps == 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -116,11 +116,11 @@ def measured_run(work: Path, name: str, students: int, workers: int, gpu: str, o
     if done.exists() and json.loads(done.read_text()).get("key") == key:
         print(f"{name}: finished by an earlier class-bench in {work}", flush=True)
         return json.loads(done.read_text())["run"]
-    pristine = work / "pristine"
-    if not (pristine / f"{students}.students").exists():
+    pristine, built = work / "pristine", work / "pristine.json"
+    if not built.exists() or json.loads(built.read_text()) != {"students": students}:
         shutil.rmtree(pristine, ignore_errors=True)
         build_class(work, students)
-        (pristine / f"{students}.students").touch()
+        built.write_text(json.dumps({"students": students}))
     lock = None if on_gpu else work / "gpu.lock"       # the emulator: a file stands for the GPU's lock
     wall, code = grade(pristine, work / name, gpu, workers, lock)
     held = lock_intervals(work / name / "gpu-lock.log")
@@ -154,7 +154,7 @@ def report(command: str, backend: str, kinds: dict, runs: dict) -> tuple[str, bo
     ungraded = [s for r in runs.values() for s, got in r["results"].items() if got["score"] is None]
     lines = [f"# Class autograde on one GPU: serially and by {parallel['workers']} workers", "",
              f"Command (from the repository root): `{command}`", "",
-             f"Backend: {backend}. {os.cpu_count()} CPU cores. Lab {LAB}, {len(kinds)} submissions: "
+             f"Backend: {backend}, {time.strftime('%Y-%m-%d')}. {os.cpu_count()} CPU cores. Lab {LAB}, {len(kinds)} submissions: "
              + ", ".join(f"{sum(k == kind for k in kinds.values())} {kind}" for kind in KINDS
                          if kind in kinds.values()) + " (grader/programs/class_submissions.py).", "",
              "| run | workers | wall (s) | GPU lock held exclusively (s) | timed sections beside other GPU work "

@@ -13,6 +13,7 @@ Maintainers (results/ records what they print):
   bench-graphs     labs 7 and 8 (top-2, shortest paths) against their baselines
   autotune         choose the warptiling kernel's configurations for the GPU at hand
   autograde-labs   every lab's reference through nbgrader, timed
+  class-bench      a class of lab 02 graded serially and by workers sharing one GPU: times, scores, ratios
   emulator-bench   the emulator's speed against numba's CUDA simulator
   emulator-validate  the emulator's analysis against Nsight Compute and compute-sanitizer (GPU)
   emulator-compat  PyCUDA's own tests and examples on the emulator
@@ -33,6 +34,7 @@ COMMANDS = {
     "bench-graphs": "grader.programs.bench_graphs",
     "autotune": "grader.programs.autotune",
     "autograde-labs": "grader.programs.autograde_labs",
+    "class-bench": "grader.programs.class_bench",
     "emulator-bench": "grader.programs.emulator_bench",
     "emulator-validate": "grader.programs.emulator_validate",
     "emulator-compat": "grader.programs.emulator_compat",

@@ -203,8 +203,12 @@ def test_workers_and_gpus():
     for bad, words in (("0,1,0", "twice"), ("0,,1", "indices"), ("0 1", "indices")):
         with pytest.raises(ValueError, match=words):
             class_autograde.slots(bad, None)
-    with pytest.raises(ValueError, match="one worker per GPU"):
-        class_autograde.slots("0,1", 4)
+    assert [s.gpu for s in class_autograde.slots("0,1", 2)] == ["0", "1"]
+    assert [s.gpu for s in class_autograde.slots("0", 3)] == ["0", "0", "0"]        # three workers share GPU 0
+    assert [s.gpu for s in class_autograde.slots("0,1", 3)] == ["0", "1", "0"]
+    assert class_autograde.describe(class_autograde.slots("0", 3)).startswith("3 workers sharing GPU 0")
+    with pytest.raises(ValueError, match="at least 1"):
+        class_autograde.slots("0", 0)
 
 
 def test_clear_errors(tmp_path, classes):
@@ -247,6 +251,28 @@ def test_four_workers_give_the_serial_gradebook(classes, tmp_path):
     assert {s: got[s] for s in got if s != "answers-wrong"} == {s: want[s] for s in want if s != "answers-wrong"}
     assert _summary(course)["answers-wrong"]["status"] == "graded"
     assert _summary(course)["ref"]["status"] == "unchanged (graded)"
+
+
+def test_two_workers_sharing_one_gpu_give_the_serial_gradebook(classes, tmp_path):
+    """--gpus 0 --workers 2: two submissions graded at once on GPU 0, each timed section alone
+    (on the emulator a lock file stands for the GPU's, and its holdings are logged)."""
+    pristine, serial = classes
+    students = ["ref", "nobounds", "answers-only", "expressions"]
+    course = _copy(pristine, tmp_path / "course", students)
+    log = tmp_path / "held.log"
+    env = {**_env(), "GRADER_GPU_LOCK": str(tmp_path / "gpu.lock"), "GRADER_GPU_LOCK_LOG": str(log)}
+    p = _autograde(course, "--gpus", "0", "--workers", "2", env=env)
+    assert p.returncode == 0 and p.stderr == "", p.stdout + p.stderr
+    assert "on 2 workers sharing GPU 0" in p.stdout, p.stdout
+    _assert_same(gradebook_contents(course), gradebook_contents(serial, students))
+    entries = _ledger(course)
+    assert {r["gpu"] for r in entries.values()} == {"0"}
+    spans = sorted((r["started"], r["ended"]) for r in entries.values())
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), spans         # two at once on GPU 0
+    held = [(m, float(s), float(e)) for m, s, e, _ in (line.split() for line in log.read_text().splitlines())]
+    timed = [h for h in held if h[0] == "exclusive"]
+    assert len(timed) >= len(students), held                          # each performance check timed alone
+    assert not [(a, b) for a in timed for b in held if a is not b and a[1] < b[2] and b[1] < a[2]], held
 
 
 @pytest.mark.slurm

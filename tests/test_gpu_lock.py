@@ -78,3 +78,78 @@ def test_lock_files_live_where_every_grading_process_can_open_them():
     assert timing.LOCK_DIR.parent in (Path("/run/lock"), Path("/tmp"))
     folder = timing.lock_dir()
     assert folder.is_dir() and os.stat(folder).st_mode & 0o1777 == 0o1777
+
+
+def _holder(lock: Path, mode: str) -> subprocess.Popen:
+    """A process that takes the lock (through gpu_lock) and says so on stdout; it holds it until killed."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom grader.kernels import timing\n"
+                             f"with timing.gpu_lock({str(lock)!r}, shared={mode == 'shared'}):\n"
+                             "    print('held', flush=True)\n    time.sleep(60)"],
+                            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    return proc
+
+
+def test_a_waiting_timer_keeps_new_shared_holders_out(tmp_path):
+    """Shared holders coming and going cannot starve a process waiting to time: once it waits, no new one enters."""
+    lock = tmp_path / "gpu.lock"
+    reader = _holder(lock, "shared")
+    timer = None
+    try:
+        assert reader.stdout.readline().strip() == "held"
+        timer = _holder(lock, "exclusive")
+        time.sleep(1.0)                                  # the timer waits for the reader
+        with pytest.raises(timing.GpuBusy):
+            with timing.gpu_lock(lock, wait_s=0.5, shared=True):
+                pass
+        reader.kill()
+        reader.wait()
+        assert timer.stdout.readline().strip() == "held"
+    finally:
+        for proc in (reader, timer):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+    with timing.gpu_lock(lock, wait_s=1, shared=True):
+        pass
+
+
+def test_a_process_whose_parent_holds_the_lock_opens_nothing(monkeypatch, tmp_path):
+    missing = tmp_path / "not-here" / "gpu.lock"       # a folder it cannot see
+    monkeypatch.setattr(timing, "_held", None)
+    timing.held_by_parent(timing.EXCLUSIVE)
+    with timing.gpu_lock(missing, wait_s=0.1):
+        pass
+    assert not missing.parent.exists()
+    timing.held_by_parent(timing.SHARED)
+    with timing.gpu_lock(missing, shared=True):
+        pass
+    with pytest.raises(RuntimeError, match="times_kernels"):
+        with timing.gpu_lock(missing):
+            pass
+
+
+def test_each_holding_is_logged_where_asked(monkeypatch, tmp_path):
+    from grader.platform import settings
+    log = tmp_path / "held.log"
+    monkeypatch.setattr(settings, "_current", settings.current().with_(gpu_lock_log=str(log)))
+    with timing.gpu_lock(tmp_path / "gpu.lock", shared=True):
+        pass
+    with timing.gpu_lock(tmp_path / "gpu.lock"):
+        with timing.gpu_lock(tmp_path / "gpu.lock"):       # inside: not a holding of its own
+            pass
+    lines = [line.split() for line in log.read_text().splitlines()]
+    assert [line[0] for line in lines] == ["shared", "exclusive"]
+    assert all(float(start) <= float(end) and int(pid) == os.getpid() for _, start, end, pid in lines)
+
+
+def test_a_notebook_whose_parent_holds_the_lock_times_under_it(monkeypatch, tmp_path):
+    """At autograde time the notebook's run holds the lock shared (SandboxedExecute): the notebook's own
+    timings, shown and never graded, neither wait for it nor fail."""
+    from grader.platform import settings
+    monkeypatch.setattr(timing, "_held", None)
+    monkeypatch.setattr(settings, "_current", settings.current().with_(gpu_lock_held=timing.NOTEBOOK))
+    timing.held_for_notebook()
+    missing = tmp_path / "not-here" / "gpu.lock"
+    with timing.gpu_lock(missing, wait_s=0.1):
+        pass
+    assert not missing.parent.exists()

@@ -4,9 +4,11 @@
 A whole class through nbgrader's own `nbgrader autograde`, one process per
 submission, several at a time, into one gradebook:
 
-- locally, one worker per GPU (CUDA_VISIBLE_DEVICES set to that GPU alone: two
-  timed runs never share a GPU); where there is no GPU, N CPU workers (the
-  emulator grades everything but performance);
+- locally, one worker per GPU (CUDA_VISIBLE_DEVICES set to that GPU alone), or
+  --workers N sharing the GPUs (--gpus 0 --workers 8: eight on one GPU), where
+  only what times kernels holds a GPU alone (grader.kernels.timing.gpu_lock);
+  where there is no GPU, N CPU workers (the emulator grades everything but
+  performance);
 - with --slurm, a Slurm job array, one task per submission (--gres=gpu:1 when
   --gpus is given), submitted with `sbatch --wait`.
 
@@ -65,23 +67,32 @@ def visible_gpus() -> list[str]:
 
 
 def slots(gpus: str, workers: int | None) -> list[Slot]:
-    """One worker per GPU of `gpus` ("auto": every GPU nvidia-smi lists; "none"; or "0,1,..."),
-    else `workers` CPU workers (default: one per core)."""
+    """One worker per GPU of `gpus` ("auto": every GPU nvidia-smi lists; "none"; or "0,1,..."), or
+    `workers` workers taking the GPUs in turn (several on one GPU share it: only timing holds it alone,
+    grader.kernels.timing.gpu_lock); with no GPU, `workers` CPU workers (default: one per core)."""
     ids = visible_gpus() if gpus == "auto" else [] if gpus == "none" else [g.strip() for g in gpus.split(",")]
     if any(not g or any(ch.isspace() for ch in g) for g in ids):
         raise ValueError(f"--gpus {gpus!r}: give GPU indices separated by commas, e.g. 0,1")
     twice = sorted({g for g in ids if ids.count(g) > 1})
     if twice:
         raise ValueError(f"--gpus {gpus!r} lists GPU {', '.join(twice)} twice: two timed runs would share it")
-    if ids:
-        if workers is not None and workers != len(ids):
-            raise ValueError(f"--workers {workers} with {len(ids)} GPU(s): on GPUs there is one worker per GPU "
-                             f"(leave --workers out, or give --gpus none for CPU workers)")
-        return [Slot(f"gpu {g}", g) for g in ids]
-    n = workers or os.cpu_count() or 1
-    if n < 1:
+    if workers is not None and workers < 1:
         raise ValueError("--workers must be at least 1")
-    return [Slot(f"cpu {i}", "") for i in range(n)]
+    if ids:
+        if workers is None or workers == len(ids):
+            return [Slot(f"gpu {g}", g) for g in ids]
+        return [Slot(f"gpu {ids[i % len(ids)]} worker {i}", ids[i % len(ids)]) for i in range(workers)]
+    return [Slot(f"cpu {i}", "") for i in range(workers or os.cpu_count() or 1)]
+
+
+def describe(workers: list[Slot]) -> str:
+    """What the progress header says of the workers."""
+    if not workers[0].gpu:
+        return f"{len(workers)} CPU worker(s)"
+    gpus = sorted({s.gpu for s in workers}, key=lambda g: [s.gpu for s in workers].index(g))
+    if len(gpus) == len(workers):
+        return ", ".join(s.name for s in workers)
+    return f"{len(workers)} workers sharing GPU {', '.join(gpus)} (timing holds a GPU alone)"
 
 
 # ---- what to grade -----------------------------------------------------------------------
@@ -310,10 +321,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m grader autograde", description=__doc__.split("\n\n")[1])
     p.add_argument("course", help="the course root (its nbgrader_config.py, gradebook and submitted/ folder)")
     p.add_argument("assignment")
-    p.add_argument("--workers", type=int, default=None, help="CPU workers where no GPU is used (default: cores)")
-    p.add_argument("--gpus", default="auto", help="GPU indices, one worker each (e.g. 0,1); 'auto' (default): "
-                   "every GPU nvidia-smi lists; 'none': CPU workers. With --slurm: anything but 'none' asks each "
-                   "task for --gres=gpu:1")
+    p.add_argument("--workers", type=int, default=None, help="workers: with GPUs, they take the GPUs in turn and "
+                   "share them (only timing holds a GPU alone); without, CPU workers (default: one per GPU, or "
+                   "per core)")
+    p.add_argument("--gpus", default="auto", help="GPU indices (e.g. 0,1), one worker each unless --workers says "
+                   "more; 'auto' (default): every GPU nvidia-smi lists; 'none': CPU workers. With --slurm: anything "
+                   "but 'none' asks each task for --gres=gpu:1")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                    help=f"seconds one submission's autograde may take (default {DEFAULT_TIMEOUT:g}; 0: no limit)")
     p.add_argument("--force", action="store_true", help="grade every submission, changed or not")
@@ -356,8 +369,7 @@ def autograde_class(args: argparse.Namespace) -> int:
         except MissingEntry:
             raise ValueError(f"assignment {args.assignment!r} is not in the gradebook: run "
                              f"`nbgrader generate_assignment {args.assignment}` first") from None
-        where = ("a Slurm array" if args.slurm else
-                 ", ".join(s.name for s in workers) if workers[0].gpu else f"{len(workers)} CPU worker(s)")
+        where = "a Slurm array" if args.slurm else describe(workers)
         print(f"{args.assignment}: {len(jobs)} submission(s), {len(todo)} to grade, on {where}", flush=True)
         run = Run(course, args.assignment, cd, gb, ledger, len(todo))
         # Results a killed run left in the scratch folders, for these very files, are merged as they are.

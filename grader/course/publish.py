@@ -31,7 +31,8 @@ INSTRUCTOR_ONLY = (
     "grader/course/preprocessors",
     *(f"grader/course/{m}.py" for m in ("regrade", "gradebook", "gradebook_merge",
                                         "class_autograde", "class_grading", "slurm_array", "publish")),
-    *(f"grader/programs/{m}.py" for m in ("autograde_labs", "autotune", "bench", "bench_graphs", "emulator_bench",
+    *(f"grader/programs/{m}.py" for m in ("autograde_labs", "autotune", "bench", "bench_graphs", "class_bench",
+                                          "class_submissions", "emulator_bench",
                                           "emulator_validate", "emulator_compat", "numba_tiled",
                                           "recorded_command")),
 )

@@ -24,6 +24,7 @@ own, once per check and backend (grader.grading.checks.common.launch_budget).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import io
 import json
@@ -62,6 +63,7 @@ from grader.platform.settings import Settings
 
 ROOT = COURSE_ROOT           # the folder holding the grader package
 OUTPUT_KEPT = 8000          # characters of captured output kept in a result
+GPU_WAIT_S = 1200.0         # waiting for the GPU's lock (other submissions timing), before a check's own time
 STARTED = b"S"              # the grading process's first word on its pipe: it has started
 
 # What a grading process inherits from its parent's environment: where programs and the GPU
@@ -190,10 +192,32 @@ def shipped_budgets(gpu: bool) -> dict:
         return {}
 
 
+def _times_kernels(exercise: str, spec) -> bool:
+    """Whether the grading process times kernels: the check's field, or (the reference's run) any of its checks'."""
+    if spec is not None:
+        return spec.times_kernels
+    return any(c.times_kernels for c in registry.get(exercise).checks if c.timed_on_reference)
+
+
 def _collect(exercise: str, spec, submission: str, seed: int, job_settings: Settings, budgets: dict,
              timeout: float, measure: bool = False):
-    """(meta, arrays, captured output) from a grading process, or the CheckResult saying why there are none."""
+    """(meta, arrays, captured output) from a grading process, or the CheckResult saying why there are none.
+    The GPU's lock is held here for the process (exclusively when it times kernels), before its time starts."""
     name = spec.name if spec is not None else "reference"
+    with contextlib.ExitStack() as held:
+        try:
+            lock_mode, lock_paths = held.enter_context(timing.held_for_child(
+                job_settings.backend == "gpu", _times_kernels(exercise, spec), GPU_WAIT_S))
+        except timing.GpuBusy as e:
+            return CheckResult.grader_error(name, f"{e} (the grader's limit, not the kernel's: regrade later)")
+        except Exception as e:      # noqa: BLE001 - the lock's file or the driver: the grader's failure, said so
+            return CheckResult.grader_error(name, f"the GPU's lock could not be taken ({type(e).__name__}: {e})")
+        return _collect_held(name, spec, exercise, submission, seed, job_settings, budgets, timeout, measure,
+                             lock_mode, lock_paths)
+
+
+def _collect_held(name: str, spec, exercise: str, submission: str, seed: int, job_settings: Settings,
+                  budgets: dict, timeout: float, measure: bool, lock_mode: str | None, lock_paths: list[str]):
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         env = {k: os.environ[k] for k in INHERITED if k in os.environ}
         env.update(PATH=env.get("PATH") or os.defpath, TMPDIR=tmp, HOME=tmp, MPLBACKEND="Agg",
@@ -203,12 +227,10 @@ def _collect(exercise: str, spec, submission: str, seed: int, job_settings: Sett
         job = {"exercise": exercise, "check": None if spec is None else spec.name, "submission": submission, "seed": seed,
                "settings": job_settings.to_dict(), "budgets": budgets, "measure": measure, "path": interpreter.import_path(),
                "runtime": trusted_runtime(), "result_fd": write_fd, "launch_timeout": max(5.0, timeout * 0.8),
-               "cpu_seconds": timeout + 60}
+               "cpu_seconds": timeout + 60, "gpu_lock": lock_mode}
         writable = [tmp, job_settings.emulator_cache]
-        if job_settings.backend == "gpu":
-            writable.append(str(timing.lock_dir()))     # the GPU's lock (grader.kernels.timing.gpu_lock)
         readable = [job["runtime"][0]] + ([job_settings.thresholds] if job_settings.thresholds else [])
-        command = sandbox.wrap(child_command(), writable, tmp, hidden=sandbox.hidden_from_grading(),
+        command = sandbox.wrap(child_command(), writable, tmp, hidden=sandbox.hidden_from_grading() + lock_paths,
                                gpu=job_settings.backend == "gpu", readable=readable)
         chunks: list[bytes] = []
         reader = threading.Thread(target=_read_all, args=(read_fd, chunks), daemon=True)
@@ -336,6 +358,8 @@ def child(job: dict) -> int:
     for sub in COMPILER_CACHES.values():     # made here: a folder the grader made would not be the sandbox's to write
         os.makedirs(os.path.join(job_settings.emulator_cache, sub), exist_ok=True)
     chosen = backend.current()              # the backend the job names (GRADER_BACKEND=gpu insists on the GPU)
+    if job.get("gpu_lock"):
+        timing.held_by_parent(job["gpu_lock"])
     ex = registry.get(job["exercise"])
     checks = [ex.check(job["check"])] if job["check"] else [c for c in ex.checks if c.timed_on_reference]
     pipe.write(STARTED)

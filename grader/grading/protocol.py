@@ -46,6 +46,7 @@ class Check:
     hang_hint: str = KERNEL_HANG
     timed_on_reference: bool = True   # its launch budgets come from its own run on the reference solution
     needs_answers: bool = False       # it grades against grader.references (not in the student distribution)
+    times_kernels: bool = False       # it times kernels: its grading process holds the GPU alone (timing.gpu_lock)
 
 
 def run_here(check: Check, submission: str, seed: int, ctx: Context) -> CheckResult:

@@ -24,8 +24,8 @@ into an output that holds nothing, and is checked: remembering earlier
 launches, counting launches, leaving work for later, writing part of C or
 reading another buffer gains nothing. The figure is the median of the
 `repeat` event times; a rate above the device's FP32 peak is rejected. The
-rounds hold the GPU's lock (gpu_lock), so that processes grading at once on
-one GPU never time at the same time.
+rounds hold the GPU's lock (gpu_lock) exclusively: every grading process that
+runs on that GPU holds it, shared, so nothing else runs on it meanwhile.
 
 time_kernel(s) is the same loop without the inputs and the checks (events, L2
 flush, warm-up, median of >= 20, the lock) for launches that bring their own
@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from grader.kernels.sgemm import POISON_BITS, launcher, nan_hint, tolerance
+from grader.platform import settings
 from grader.platform.backend import current as current_backend
 from grader.platform.devices import device_peaks
 
@@ -138,12 +139,15 @@ def _cupy():
 
 
 # ---- the GPU's lock --------------------------------------------------------------------
-_held = 0          # how deep this process is inside gpu_lock (a lock inside a lock is the same one)
+# A grading process that runs anything on the GPU holds its lock shared; one that times, exclusive.
+# Trusted processes take it for the sandboxed ones they start (held_for_child), which cannot see it.
+EXCLUSIVE, SHARED = "exclusive", "shared"
+NOTEBOOK = "notebook"      # a notebook's run at autograde time, held shared for it: its own timings are shown, not graded
+_held: str | None = None   # the mode this process holds, or its parent holds for it (held_by_parent)
 
 
 def lock_dir() -> Path:
-    """LOCK_DIR, made when missing and open to every user (sticky, like /tmp).
-    Grading processes on a GPU get it writable in their sandbox (grader.grading.isolation)."""
+    """LOCK_DIR, made when missing and open to every user (sticky, like /tmp)."""
     if not LOCK_DIR.is_dir():
         LOCK_DIR.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):       # another user's folder: theirs to open
@@ -151,19 +155,41 @@ def lock_dir() -> Path:
     return LOCK_DIR
 
 
+def _device():
+    """The device this process's kernels run on (the current context's, else device 0: a grading process
+    makes its context on device 0 of the same CUDA_VISIBLE_DEVICES), without making a context."""
+    import pycuda.driver as drv  # optional: only on a GPU
+    drv.init()
+    current = None
+    with contextlib.suppress(Exception):        # no context yet: device 0
+        current = drv.Context.get_current()
+    return current.get_device() if current is not None else drv.Device(0)
+
+
 def lock_path(device=None) -> Path:
     """The current GPU's lock file, named by its PCI bus id: the same in every
     process of the machine, whatever CUDA_VISIBLE_DEVICES says."""
-    drv = _context()
-    device = device if device is not None else drv.Context.get_device()
+    device = device if device is not None else _device()
     return lock_dir() / ("gpu-" + re.sub(r"[^0-9A-Za-z]+", "-", device.pci_bus_id()).strip("-").lower() + ".lock")
 
 
-def _flock(fd: int, mode: int, wait_s: float | None) -> None:
-    if wait_s is None:
+def grading_lock(gpu: bool) -> Path | None:
+    """The lock grading shares: GRADER_GPU_LOCK's file wherever it is set, else on a GPU the GPU's
+    (lock_path), else none (on the emulator no two processes share a device)."""
+    chosen = settings.current().gpu_lock
+    if chosen:
+        return Path(chosen)
+    return lock_path() if gpu else None
+
+
+def _gate(path: Path) -> Path:
+    return path.with_name(path.name + ".gate")
+
+
+def _flock(fd: int, mode: int, deadline: float | None, wait_s: float | None) -> None:
+    if deadline is None:
         fcntl.flock(fd, mode)
         return
-    deadline = time.monotonic() + wait_s
     while True:
         try:
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
@@ -174,29 +200,87 @@ def _flock(fd: int, mode: int, wait_s: float | None) -> None:
             time.sleep(0.05)
 
 
+def _log(mode: str, start: float, end: float) -> None:
+    """One line in GRADER_GPU_LOCK_LOG, where it is set: who held the lock, how, when (time.monotonic)."""
+    log = settings.current().gpu_lock_log
+    if log:
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{mode} {start:.6f} {end:.6f} {os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+
+
 @contextlib.contextmanager
 def gpu_lock(path=None, wait_s: float | None = None, shared: bool = False):
     """Hold the GPU's lock (flock on `path`, default lock_path()): exclusive
     around a timed section, so that no other process times, or runs a kernel
     under the shared lock, meanwhile; `shared` for other GPU work. Raises
     GpuBusy after `wait_s` seconds of waiting (None: as long as it takes).
-    Inside a lock this process holds, it is a no-op."""
+    Inside a lock this process holds (or its parent holds for it), it is a
+    no-op; asking to time inside a shared one is the grader's bug.
+
+    Every request passes a gate first (a second file, held exclusively while
+    waiting): one waiting to time keeps new shared holders out, so that a
+    stream of them cannot starve it (flock alone favours none)."""
     global _held
-    fd = None
-    if not _held:
-        fd = os.open(Path(path) if path is not None else lock_path(), os.O_RDONLY | os.O_CREAT, 0o666)
-        try:                                    # flock needs no write access
-            _flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, wait_s)
-        except BaseException:
-            os.close(fd)
-            raise
-    _held += 1
+    if _held is not None:
+        if _held == SHARED and not shared:
+            raise RuntimeError("a kernel timed under the GPU's shared lock: the check that times must say so "
+                               "(Check.times_kernels), so that its grading process holds the lock alone")
+        yield
+        return
+    path = Path(path) if path is not None else lock_path()
+    deadline = None if wait_s is None else time.monotonic() + wait_s
+    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)      # flock needs no write access
+    try:
+        gate = os.open(_gate(path), os.O_RDONLY | os.O_CREAT, 0o666)
+        try:
+            _flock(gate, fcntl.LOCK_EX, deadline, wait_s)
+            _flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, deadline, wait_s)
+        finally:
+            os.close(gate)                      # the gate is open again
+    except BaseException:
+        os.close(fd)
+        raise
+    _held = SHARED if shared else EXCLUSIVE
+    start = time.monotonic()
     try:
         yield
     finally:
-        _held -= 1
-        if fd is not None:
-            os.close(fd)                        # releases the lock
+        _held = None
+        end = time.monotonic()
+        os.close(fd)                            # releases the lock
+        _log(SHARED if shared else EXCLUSIVE, start, end)
+
+
+def held_by_parent(mode: str) -> None:
+    """In a sandboxed process whose trusted parent holds the lock for it (held_for_child): gpu_lock opens
+    nothing (the process cannot see the lock), and timing under a shared one fails."""
+    global _held
+    if mode not in (EXCLUSIVE, SHARED, NOTEBOOK):
+        raise ValueError(f"the GPU's lock is held {EXCLUSIVE}, {SHARED} or for a {NOTEBOOK}, not {mode!r}")
+    _held = mode
+
+
+def held_for_notebook() -> None:
+    """In a notebook's kernel at autograde time whose parent holds the lock for it (GRADER_GPU_LOCK_HELD,
+    set by SandboxedExecute): its own timings run under that lock, shown and never graded."""
+    if settings.current().gpu_lock_held == NOTEBOOK:
+        held_by_parent(NOTEBOOK)
+
+
+@contextlib.contextmanager
+def held_for_child(gpu: bool, exclusive: bool, wait_s: float | None = None):
+    """The lock grading shares (grading_lock), held here for a sandboxed child this process starts
+    meanwhile: yields (the mode for the child's job, None where there is no lock; the paths to hide
+    from the child, so that it can neither take the lock nor release it)."""
+    path = grading_lock(gpu)
+    if path is None:
+        yield None, []
+        return
+    with gpu_lock(path, wait_s=wait_s, shared=not exclusive):
+        yield (EXCLUSIVE if exclusive else SHARED), [str(lock_dir()), str(path), str(_gate(path))]
 
 
 # ---- peak ------------------------------------------------------------------------------

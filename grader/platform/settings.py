@@ -10,6 +10,13 @@
     GRADER_EMULATOR_NVCC       bool    1                        0: the emulator does not also compile with nvcc
     GRADER_EMULATOR_TIMEOUT    float   60                       seconds one emulated launch may run
     GRADER_EMULATOR_DEVICE_MEMORY int  the H200's (or less)     bytes of emulated device memory
+    GRADER_GPU_LOCK            path    (none)                   the lock file of the GPU grading shares, on any
+                                                                backend (default: one per GPU, on a GPU only)
+    GRADER_GPU_LOCK_LOG        path    (none)                   a file each holder of that lock appends its
+                                                                interval to: `exclusive|shared START END PID`
+    GRADER_GPU_LOCK_HELD       str     (none)                   set by the grader, not by hand: on a notebook's
+                                                                kernel at autograde time, whose parent holds the
+                                                                lock for it (`notebook`)
 
 The environment is read once, when `current()` is first called. A process
 the grader starts gets its settings in its job description (`to_dict()`,
@@ -41,6 +48,9 @@ class Settings:
     emulator_nvcc: bool = True
     emulator_timeout: float = 60.0
     emulator_memory: int | None = None
+    gpu_lock: str | None = None
+    gpu_lock_log: str | None = None
+    gpu_lock_held: str | None = None
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -81,7 +91,9 @@ def from_environment(environ=os.environ) -> Settings:
                         emulator_cache=get("GRADER_EMULATOR_CACHE") or _default_cache(),
                         emulator_nvcc=_flag(get("GRADER_EMULATOR_NVCC", "1"), "GRADER_EMULATOR_NVCC"),
                         emulator_timeout=float(get("GRADER_EMULATOR_TIMEOUT", "60")),
-                        emulator_memory=int(get("GRADER_EMULATOR_DEVICE_MEMORY")) if get("GRADER_EMULATOR_DEVICE_MEMORY") else None)
+                        emulator_memory=int(get("GRADER_EMULATOR_DEVICE_MEMORY")) if get("GRADER_EMULATOR_DEVICE_MEMORY") else None,
+                        gpu_lock=get("GRADER_GPU_LOCK") or None, gpu_lock_log=get("GRADER_GPU_LOCK_LOG") or None,
+                        gpu_lock_held=get("GRADER_GPU_LOCK_HELD") or None)
     except ValueError as e:
         raise ValueError(f"grader settings: {e}") from None
 
@@ -115,4 +127,8 @@ def environment(settings: Settings) -> dict[str, str]:
         env["GRADER_THRESHOLDS"] = settings.thresholds
     if settings.emulator_memory:
         env["GRADER_EMULATOR_DEVICE_MEMORY"] = str(settings.emulator_memory)
+    if settings.gpu_lock:
+        env["GRADER_GPU_LOCK"] = settings.gpu_lock
+    if settings.gpu_lock_log:
+        env["GRADER_GPU_LOCK_LOG"] = settings.gpu_lock_log
     return env

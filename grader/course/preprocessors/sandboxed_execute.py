@@ -18,7 +18,11 @@ from nbgrader.preprocessors import Execute
 from traitlets import Unicode
 
 from grader.course import gradebook
-from grader.platform import sandbox, settings
+from grader.grading.isolation import GPU_WAIT_S
+from grader.kernels import timing
+from grader.platform import backend, sandbox, settings
+
+_lock_paths: list[str] = []     # the GPU's lock, held for the kernel running now: hidden from it
 
 
 def protect_course(config) -> None:
@@ -60,6 +64,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         tool, why = sandbox.mechanism()
         if not tool:
             self.log.warning("autograde kernel not sandboxed: %s", why)
+            if _lock_paths:
+                kw["env"] = {**(kw.get("env") or os.environ), "GRADER_GPU_LOCK_HELD": timing.NOTEBOOK}
             return kernel_limits() + cmd, kw
         private = tempfile.mkdtemp(prefix="grader-kernel-")
         self._private = private
@@ -72,12 +78,15 @@ class SandboxedKernelManager(AsyncKernelManager):
         env.update(TMPDIR=private, HOME=private, IPYTHONDIR=os.path.join(private, "ipython"),
                    MPLCONFIGDIR=os.path.join(private, "matplotlib"),
                    GRADER_EMULATOR_CACHE=os.path.join(private, "emulator-cache"))
+        if _lock_paths:                 # its own timings run under the lock held for it (shown, never graded)
+            env["GRADER_GPU_LOCK_HELD"] = timing.NOTEBOOK
         kw["env"] = env
         kw["cwd"] = work
         python = os.path.dirname(os.path.dirname(os.path.realpath(cmd[0])))
         imports = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p)]
         gpu = settings.current().backend != "emulator"
-        return sandbox.wrap(kernel_limits(sandboxed=True) + cmd, [private], work, hidden=sandbox.hidden_from_student_code(),
+        hidden = sandbox.hidden_from_student_code() + _lock_paths
+        return sandbox.wrap(kernel_limits(sandboxed=True) + cmd, [private], work, hidden=hidden,
                             gpu=gpu, network=True, readable=[python, *imports]), kw
 
     async def _async_cleanup_resources(self, restart: bool = False) -> None:
@@ -100,12 +109,19 @@ class SandboxedExecute(Execute):
         super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, km=None):
+        """The run holds the GPU's lock shared (grader.kernels.timing): no other submission's kernel is
+        timed while this notebook can use the GPU; the kernel cannot see the lock."""
+        global _lock_paths
         protect_course(self.config)
-        try:
-            return super().preprocess(nb, resources, km)
-        except (DeadKernelError, CellTimeoutError) as e:
-            self.log.warning("the notebook's run stopped early: %s", str(e).splitlines()[0] if str(e) else e)
-            return nb, resources
+        with timing.held_for_child(backend.current().name == "gpu", exclusive=False, wait_s=GPU_WAIT_S) as held:
+            _lock_paths = held[1]
+            try:
+                return super().preprocess(nb, resources, km)
+            except (DeadKernelError, CellTimeoutError) as e:
+                self.log.warning("the notebook's run stopped early: %s", str(e).splitlines()[0] if str(e) else e)
+                return nb, resources
+            finally:
+                _lock_paths = []
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         # IPython never replies to a cell whose compilation overflows the stack (a 100,000-term sum):

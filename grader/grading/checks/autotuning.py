@@ -277,4 +277,4 @@ VIOLATIONS_CHECKS = (
 SEARCH_CHECKS = (Check("search-fake-space", collect_search_fake, judge_search_fake, 120, FUNCTION_HANG,
                        needs_answers=True),
                  Check("search-tuned-performance", collect_search_gpu, judge_search_gpu, 600, FUNCTION_HANG,
-                       needs_answers=True))
+                       needs_answers=True, times_kernels=True))

@@ -456,12 +456,13 @@ def judge_timing_plausible(outputs: Outputs, seed: int, ctx: Context) -> CheckRe
                                                      "ratio": ratio})
 
 
-def _check(name: str, collect, judge, timeout: float = 300.0) -> Check:
-    return Check(name, collect, judge, timeout, FUNCTION_HANG)
+def _check(name: str, collect, judge, timeout: float = 300.0, times_kernels: bool = False) -> Check:
+    return Check(name, collect, judge, timeout, FUNCTION_HANG, times_kernels=times_kernels)
 
 
 MATMUL_CHECKS = (_check("matmul-correct", collect_matmul, judge_matmul),
                  _check("matmul-float64", collect_matmul_float64, judge_matmul_float64))
 GFLOPS_CHECKS = (Check("gflops-formula", collect_gflops, judge_gflops, 300.0, FUNCTION_HANG, needs_answers=True),)
-TIMING_CHECKS = (_check("timing-form", collect_timing, judge_timing_form),
-                 _check("timing-plausible", collect_timing, judge_timing_plausible))
+# Both time the reference kernel (reference_seconds) beside the student's own timed runs.
+TIMING_CHECKS = (_check("timing-form", collect_timing, judge_timing_form, times_kernels=True),
+                 _check("timing-plausible", collect_timing, judge_timing_plausible, times_kernels=True))

@@ -44,7 +44,7 @@ from nbgrader_course import (  # noqa: E402
 
 from grader.platform import sandbox  # noqa: E402
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.xdist_group("attacks")]   # the serial class, graded once
+pytestmark = pytest.mark.pipeline
 
 LAB, NB = "00-pycuda-by-hand", "pycuda-by-hand"
 ANSWERED = ("q-blocks", "q-idle", "q-bytes", "q-gflops", "gflops")

@@ -44,7 +44,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 LAB, NB = "01-naive-coalesced", "naive-coalesced"
 
-pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
+pytestmark = pytest.mark.browser
 SHOT = REPO / "results" / "tmp" / "browser" / "lab1-self-check.png"
 FAILED_SHOT = SHOT.with_name("lab1-failed.png")
 CHROMIUM = "/usr/bin/chromium"

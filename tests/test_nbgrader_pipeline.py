@@ -39,7 +39,7 @@ LAB2, NB2 = "02-smem-tiling", "smem-tiling"
 LAB3, NB3 = "07-minimums", "minimums"
 LAB4, NB4 = "08-shortest-paths", "shortest-paths"
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.xdist_group("nbgrader-pipeline")]   # one course, autograded once
+pytestmark = pytest.mark.pipeline
 NOTEBOOK = {LAB1: NB1, LAB2: NB2, LAB3: NB3, LAB4: NB4}
 
 pytest.importorskip("nbgrader")

@@ -23,7 +23,7 @@ from nbgrader_course import REPO, cell_output, cell_scores, lab_course, replace,
 LAB, NB = "00-pycuda-by-hand", "pycuda-by-hand"
 
 pytest.importorskip("nbgrader")
-pytestmark = [pytest.mark.pipeline, pytest.mark.xdist_group(LAB)]   # one course, autograded once
+pytestmark = pytest.mark.pipeline
 
 import grader  # noqa: E402
 

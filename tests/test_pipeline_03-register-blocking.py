@@ -34,7 +34,7 @@ from grader.platform.devices import H200
 LAB, NB = "03-register-blocking", "register-blocking"
 
 pytest.importorskip("nbgrader")
-pytestmark = [pytest.mark.pipeline, pytest.mark.xdist_group(LAB)]   # one course, autograded once
+pytestmark = pytest.mark.pipeline
 
 import grader  # noqa: E402
 

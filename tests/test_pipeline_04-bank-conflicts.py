@@ -25,7 +25,7 @@ from nbgrader_course import (
 LAB, NB = "04-bank-conflicts", "bank-conflicts"
 
 pytest.importorskip("nbgrader")
-pytestmark = [pytest.mark.pipeline, pytest.mark.xdist_group(LAB)]   # one course, autograded once
+pytestmark = pytest.mark.pipeline
 
 import grader  # noqa: E402
 from grader.course.static_values import read_values  # noqa: E402

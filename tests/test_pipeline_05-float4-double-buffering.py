@@ -20,7 +20,7 @@ from nbgrader_course import cell_output, cell_scores, lab_course, points, replac
 LAB, NB = "05-float4-double-buffering", "float4-double-buffering"
 
 pytest.importorskip("nbgrader")
-pytestmark = [pytest.mark.pipeline, pytest.mark.xdist_group(LAB)]   # one course, autograded once
+pytestmark = pytest.mark.pipeline
 
 import grader  # noqa: E402
 

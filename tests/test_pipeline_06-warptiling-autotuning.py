@@ -31,7 +31,7 @@ from nbgrader_course import (
 LAB, NB = "06-warptiling-autotuning", "warptiling-autotuning"
 
 pytest.importorskip("nbgrader")
-pytestmark = [pytest.mark.pipeline, pytest.mark.xdist_group(LAB)]   # one course, autograded once
+pytestmark = pytest.mark.pipeline
 
 import grader  # noqa: E402
 

@@ -205,6 +205,8 @@ def test_workers_and_gpus():
             class_autograde.slots(bad, None)
     assert [s.gpu for s in class_autograde.slots("0,1", 2)] == ["0", "1"]
     assert [s.gpu for s in class_autograde.slots("0", 3)] == ["0", "0", "0"]        # three workers share GPU 0
+    assert all(s.shared for s in class_autograde.slots("0", 3))
+    assert not any(s.shared for s in class_autograde.slots("0,1", None))             # one each: its own lock
     assert [s.gpu for s in class_autograde.slots("0,1", 3)] == ["0", "1", "0"]
     assert class_autograde.describe(class_autograde.slots("0", 3)).startswith("3 workers sharing GPU 0")
     with pytest.raises(ValueError, match="at least 1"):

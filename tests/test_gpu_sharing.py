@@ -64,7 +64,7 @@ def test_a_grading_process_can_neither_see_nor_release_its_parents_lock(monkeypa
              "    print('inode', os.fstat(fd).st_ino)\n")
     work = tmp_path / "work"
     work.mkdir()
-    with timing.held_for_child(False, exclusive=True) as (mode, hidden):
+    with timing.held_for_child(exclusive=True) as (mode, hidden):
         assert mode == "exclusive" and str(lock) in hidden
         command = sandbox.wrap([sys.executable, "-I", "-c", probe, str(lock)], [str(work)], str(work),
                                hidden=sandbox.hidden_from_grading() + hidden)

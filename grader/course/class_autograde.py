@@ -54,6 +54,7 @@ DEFAULT_TIMEOUT = 1800.0        # seconds for one submission's autograde (nbgrad
 class Slot:
     name: str
     gpu: str                    # CUDA_VISIBLE_DEVICES for this worker: one GPU, or "" (none: the emulator)
+    shared: bool = False        # other workers grade on the same GPU (its lock then spans their processes)
 
 
 def visible_gpus() -> list[str]:
@@ -81,7 +82,8 @@ def slots(gpus: str, workers: int | None) -> list[Slot]:
     if ids:
         if workers is None or workers == len(ids):
             return [Slot(f"gpu {g}", g) for g in ids]
-        return [Slot(f"gpu {ids[i % len(ids)]} worker {i}", ids[i % len(ids)]) for i in range(workers)]
+        return [Slot(f"gpu {ids[i % len(ids)]} worker {i}", ids[i % len(ids)], workers > len(ids))
+                for i in range(workers)]
     return [Slot(f"cpu {i}", "") for i in range(workers or os.cpu_count() or 1)]
 
 
@@ -198,9 +200,10 @@ def _record(path: Path) -> dict:
         return {}
 
 
-def _grade(course: Path, assignment: str, template: Path, timeout: float | None, job: Job, gpu: str | None):
+def _grade(course: Path, assignment: str, template: Path, timeout: float | None, job: Job, slot: Slot):
+    gpu = slot.gpu
     try:
-        return class_grading.autograde(course, assignment, job, template, gpu, timeout)
+        return class_grading.autograde(course, assignment, job, template, gpu, timeout, slot.shared)
     except Exception as e:   # noqa: BLE001 - preparing one scratch course never stops the class
         now = time.time()
         return Result(job.student, job.key, "failed", 1, 0.0, gpu or "", now, now,
@@ -219,7 +222,7 @@ def run_local(run: Run, jobs: list[Job], workers: list[Slot], grade) -> None:
                 job = todo.get_nowait()
             except queue.Empty:
                 return
-            finished.put((job, grade(job, slot.gpu)))
+            finished.put((job, grade(job, slot)))
 
     for slot in workers[:len(jobs)]:
         threading.Thread(target=worker, args=(slot,), daemon=True).start()
@@ -383,8 +386,8 @@ def autograde_class(args: argparse.Namespace) -> int:
         if fresh and args.slurm:
             run_slurm(run, fresh, template, state, args)
         elif fresh:
-            run_local(run, fresh, workers, lambda job, gpu: _grade(course, args.assignment, template,
-                                                                    args.timeout or None, job, gpu))
+            run_local(run, fresh, workers, lambda job, slot: _grade(course, args.assignment, template,
+                                                                     args.timeout or None, job, slot))
         rows = summary_rows(gb, args.assignment, jobs, ledger, {j.student for j in todo})
     print(report(rows, time.monotonic() - t0, Path(args.csv) if args.csv else state / "summary.csv"))
     return 1 if any("failed" in r["status"] for r in rows) else 0

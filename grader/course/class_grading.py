@@ -39,6 +39,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grader.kernels import timing
+
 JOB_MARK = "GRADER_CLASS_JOB"
 STATE_FOLDER = "class-autograde"       # COURSE/class-autograde/ASSIGNMENT: scratch courses, ledger, summary
 ATTEMPTS = 2                    # a submission that crashes, hangs or kills its worker is tried once more
@@ -180,7 +182,7 @@ WORKER_PREFIX = [sys.executable, "-c", "import ctypes, os, resource, signal, sys
 
 
 def autograde_once(course: Path, assignment: str, job: Job, template: Path, gpu: str | None,
-                   timeout: float | None) -> str | None:
+                   timeout: float | None, shared_gpu: bool = False) -> str | None:
     """One attempt: nbgrader autograde of the student in a fresh scratch course. None, or why it failed."""
     kill_marked(job.scratch)                # what a killed run may have left running there
     prepare_scratch(course, assignment, job, template)
@@ -190,6 +192,8 @@ def autograde_once(course: Path, assignment: str, job: Job, template: Path, gpu:
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", os.defpath)])  # alembic
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
+    if gpu and shared_gpu:      # the grader's processes hold the shared GPU's lock for what they start
+        env.setdefault("GRADER_GPU_LOCK", str(timing.lock_dir() / f"class-gpu-{gpu}.lock"))
     command = [*WORKER_PREFIX, sys.executable, "-m", "nbgrader", "autograde", assignment, "--student", job.student,
                "--force", f"--CourseDirectory.root={scratch}",
                f"--CourseDirectory.db_url=sqlite:///{scratch / 'gradebook.db'}",
@@ -211,13 +215,13 @@ def autograde_once(course: Path, assignment: str, job: Job, template: Path, gpu:
 
 
 def autograde(course: Path, assignment: str, job: Job, template: Path, gpu: str | None,
-              timeout: float | None) -> Result:
+              timeout: float | None, shared_gpu: bool = False) -> Result:
     """Up to ATTEMPTS attempts; the result is also written to the scratch folder's result.json."""
     started = time.time()
     reason = None
     attempt = 0
     for attempt in range(1, ATTEMPTS + 1):
-        reason = autograde_once(course, assignment, job, template, gpu, timeout)
+        reason = autograde_once(course, assignment, job, template, gpu, timeout, shared_gpu)
         if reason is None:
             break
     ended = time.time()

@@ -207,7 +207,7 @@ def _collect(exercise: str, spec, submission: str, seed: int, job_settings: Sett
     with contextlib.ExitStack() as held:
         try:
             lock_mode, lock_paths = held.enter_context(timing.held_for_child(
-                job_settings.backend == "gpu", _times_kernels(exercise, spec), GPU_WAIT_S))
+                _times_kernels(exercise, spec), GPU_WAIT_S))
         except timing.GpuBusy as e:
             return CheckResult.grader_error(name, f"{e} (the grader's limit, not the kernel's: regrade later)")
         except Exception as e:      # noqa: BLE001 - the lock's file or the driver: the grader's failure, said so

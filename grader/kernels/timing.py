@@ -139,8 +139,10 @@ def _cupy():
 
 
 # ---- the GPU's lock --------------------------------------------------------------------
-# A grading process that runs anything on the GPU holds its lock shared; one that times, exclusive.
-# Trusted processes take it for the sandboxed ones they start (held_for_child), which cannot see it.
+# A grading process times under the GPU's lock (exclusive). Where workers share a GPU (class grading,
+# GRADER_GPU_LOCK), every process that runs anything of a submission on it holds that lock shared and one
+# that times, exclusive; the grader's processes take it for the sandboxed ones they start (held_for_child),
+# which cannot see it.
 EXCLUSIVE, SHARED = "exclusive", "shared"
 NOTEBOOK = "notebook"      # a notebook's run at autograde time, held shared for it: its own timings are shown, not graded
 _held: str | None = None   # the mode this process holds, or its parent holds for it (held_by_parent)
@@ -173,13 +175,12 @@ def lock_path(device=None) -> Path:
     return lock_dir() / ("gpu-" + re.sub(r"[^0-9A-Za-z]+", "-", device.pci_bus_id()).strip("-").lower() + ".lock")
 
 
-def grading_lock(gpu: bool) -> Path | None:
-    """The lock grading shares: GRADER_GPU_LOCK's file wherever it is set, else on a GPU the GPU's
-    (lock_path), else none (on the emulator no two processes share a device)."""
+def grading_lock() -> Path | None:
+    """The lock of a GPU that workers share (GRADER_GPU_LOCK, set by class grading for its GPU workers),
+    which the grader's processes hold for the processes they start; None elsewhere, where each grading
+    process takes the GPU's own lock around its timed runs (gpu_lock)."""
     chosen = settings.current().gpu_lock
-    if chosen:
-        return Path(chosen)
-    return lock_path() if gpu else None
+    return Path(chosen) if chosen else None
 
 
 def _gate(path: Path) -> Path:
@@ -271,11 +272,11 @@ def held_for_notebook() -> None:
 
 
 @contextlib.contextmanager
-def held_for_child(gpu: bool, exclusive: bool, wait_s: float | None = None):
+def held_for_child(exclusive: bool, wait_s: float | None = None):
     """The lock grading shares (grading_lock), held here for a sandboxed child this process starts
     meanwhile: yields (the mode for the child's job, None where there is no lock; the paths to hide
     from the child, so that it can neither take the lock nor release it)."""
-    path = grading_lock(gpu)
+    path = grading_lock()
     if path is None:
         yield None, []
         return

@@ -10,8 +10,8 @@
     GRADER_EMULATOR_NVCC       bool    1                        0: the emulator does not also compile with nvcc
     GRADER_EMULATOR_TIMEOUT    float   60                       seconds one emulated launch may run
     GRADER_EMULATOR_DEVICE_MEMORY int  the H200's (or less)     bytes of emulated device memory
-    GRADER_GPU_LOCK            path    (none)                   the lock file of the GPU grading shares, on any
-                                                                backend (default: one per GPU, on a GPU only)
+    GRADER_GPU_LOCK            path    (none)                   the lock file of a GPU that workers share (class
+                                                                grading sets it; on any backend, for the tests)
     GRADER_GPU_LOCK_LOG        path    (none)                   a file each holder of that lock appends its
                                                                 interval to: `exclusive|shared START END PID`
     GRADER_GPU_LOCK_HELD       str     (none)                   set by the grader, not by hand: on a notebook's

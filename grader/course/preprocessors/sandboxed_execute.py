@@ -20,7 +20,7 @@ from traitlets import Unicode
 from grader.course import gradebook
 from grader.grading.isolation import GPU_WAIT_S
 from grader.kernels import timing
-from grader.platform import backend, sandbox, settings
+from grader.platform import sandbox, settings
 
 _lock_paths: list[str] = []     # the GPU's lock, held for the kernel running now: hidden from it
 
@@ -113,7 +113,7 @@ class SandboxedExecute(Execute):
         timed while this notebook can use the GPU; the kernel cannot see the lock."""
         global _lock_paths
         protect_course(self.config)
-        with timing.held_for_child(backend.current().name == "gpu", exclusive=False, wait_s=GPU_WAIT_S) as held:
+        with timing.held_for_child(exclusive=False, wait_s=GPU_WAIT_S) as held:
             _lock_paths = held[1]
             try:
                 return super().preprocess(nb, resources, km)

@@ -1,5 +1,6 @@
-"""Common mistakes, each a small edit of a reference (tests/mistakes/<lab>/): the verdict of the checks
-that should catch it, the key words of the cause they name (each said once), and words that would mislead."""
+"""Common mistakes, each a small edit of a reference (a kernel of solutions/, edited here; a lab 0 or lab 3
+function in tests/mistakes/<lab>/): the verdict of the checks that should catch it, the key words of the cause
+they name (each said once), and words that would mislead."""
 from __future__ import annotations
 
 import re
@@ -15,11 +16,47 @@ from grader.grading.registry import run_here
 from grader.grading.report import FAILED, NOT_GRADED, CheckReport, CheckResult
 
 MISTAKES = Path(__file__).resolve().parent / "mistakes"
+SOLUTIONS = Path(__file__).resolve().parent.parent / "solutions"
+PRINTF = ("        C[row * N + col] = sum;\n",
+          "        C[row * N + col] = sum;\n    if (row == 0 && col == 0) printf(\"C[0][0] = %f\\n\", sum);\n")
+AS_STRIDE = "#define AS_STRIDE (BM + 4)             // floats per row of As: 4 (mod 32) banks apart"
+# Each CUDA C mistake: its reference in solutions/ and the edits (as written there, as the mistake writes it).
+EDITS = {
+    "02/printf_cstdio.cu": ("smem-tiling.cu", ("", "#include <cstdio>\n"), PRINTF),
+    "02/printf_stdio_h.cu": ("smem-tiling.cu", ("", "#include <stdio.h>\n"), PRINTF),
+    "03/mapping_1d.cu": ("blocktile-2d.cu", (
+        "    const int threadCol = tid % (BN / TN);   // columns threadCol*TN .. +TN-1 of the tile\n"
+        "    const int threadRow = tid / (BN / TN);   // rows    threadRow*TM .. +TM-1\n",
+        "    const int threadCol = tid % BN;\n    const int threadRow = tid / BN;\n")),
+    "03/store_bound_off_by_one.cu": ("blocktile-2d.cu", ("            if (row < M && col < N)",
+                                                         "            if (row < M - 1 && col < N)")),
+    "04/as_stride_literal.cu": ("bank-conflict-free.cu", (AS_STRIDE, "#define AS_STRIDE 132")),
+    "04/as_stride_plus_1.cu": ("bank-conflict-free.cu", (AS_STRIDE, "#define AS_STRIDE (BM + 1)")),
+    "04/as_stride_unpadded.cu": ("bank-conflict-free.cu", (AS_STRIDE, "#define AS_STRIDE BM")),
+    "04/transpose_tile_not_swapped.cu": ("transpose.cu", ("= tile[tx][ty];", "= tile[ty][tx];")),
+    "06/bk_literal.cu": ("warptiling.cu", ("    for (int k = 0; k < BK; ++k) {", "    for (int k = 0; k < 8; ++k) {")),
+    "06/lane_layout_literal.cu": ("warptiling.cu", ("const int laneRow = lane / LC, laneCol = lane % LC;",
+                                                    "const int laneRow = lane / 8, laneCol = lane % 8;")),
+    "06/no_fragment_reload.cu": ("warptiling.cu", (
+        "        if (k > 0) load_fragments(As, Bs, k, aOff, bOff, regA, regB);\n", "")),
+}
+
+
+def source(file: str) -> str:
+    """The mistake's source: a reference kernel with its edits, or the function in tests/mistakes."""
+    if file not in EDITS:
+        return (MISTAKES / file).read_text()
+    reference, *edits = EDITS[file]
+    text = (SOLUTIONS / reference).read_text()
+    for old, new in edits:
+        assert old in text, (file, old)
+        text = text.replace(old, new, 1) if old else new + text
+    return text
 
 
 @dataclass(frozen=True)
 class Mistake:
-    file: str                   # under tests/mistakes
+    file: str                   # a key of EDITS, or a file under tests/mistakes
     exercise: str
     check: str
     status: str
@@ -76,7 +113,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_a_common_mistake_gets_its_cause_said_once(case: Mistake):
-    r = run_here(case.exercise, case.check, (MISTAKES / case.file).read_text(), 1)
+    r = run_here(case.exercise, case.check, source(case.file), 1)
     text = r.message
     assert r.status == case.status, text
     for words in case.said_once:
@@ -91,7 +128,7 @@ def test_a_common_mistake_gets_its_cause_said_once(case: Mistake):
 
 @pytest.mark.parametrize("file", ["02/printf_cstdio.cu", "02/printf_stdio_h.cu"])
 def test_a_kernel_that_prints_with_printf_is_graded_and_its_output_shown(file):
-    report = grader.check("smem-tiling", (MISTAKES / file).read_text(), ["correctness"], seed=1)
+    report = grader.check("smem-tiling", source(file), ["correctness"], seed=1)
     assert report.passed("correctness"), report.text()
     assert "C[0][0] = " in report["correctness"].output and "refuse" not in report.text()
 
@@ -122,7 +159,7 @@ def test_a_fault_the_cpu_gives_no_address_for_is_not_reported_at_nil():
     from grader.kernels import sgemm
     from grader.kernels.stages import stage
     A = B = np.ones((64, 64), np.float32)
-    function = sgemm.compile_kernel(stage("bank-conflict-free"), (MISTAKES / "04/as_stride_plus_1.cu").read_text())
+    function = sgemm.compile_kernel(stage("bank-conflict-free"), source("04/as_stride_plus_1.cu"))
     with pytest.raises(driver.LaunchError) as err:
         sgemm.run(stage("bank-conflict-free"), A, B, function)
     assert "(nil)" not in str(err.value) and "misaligned" in str(err.value), str(err.value)

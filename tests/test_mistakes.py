@@ -20,34 +20,41 @@ SOLUTIONS = Path(__file__).resolve().parent.parent / "solutions"
 PRINTF = ("        C[row * N + col] = sum;\n",
           "        C[row * N + col] = sum;\n    if (row == 0 && col == 0) printf(\"C[0][0] = %f\\n\", sum);\n")
 AS_STRIDE = "#define AS_STRIDE (BM + 4)             // floats per row of As: 4 (mod 32) banks apart"
-# Each CUDA C mistake: its reference in solutions/ and the edits (as written there, as the mistake writes it).
+# Each mistake: its reference (a kernel of solutions/, or lab 0's function in tests/mistakes) and the edits
+# (as written there, as the mistake writes it).
+MATMUL = MISTAKES / "00" / "_reference.py"
 EDITS = {
-    "02/printf_cstdio.cu": ("smem-tiling.cu", ("", "#include <cstdio>\n"), PRINTF),
-    "02/printf_stdio_h.cu": ("smem-tiling.cu", ("", "#include <stdio.h>\n"), PRINTF),
-    "03/mapping_1d.cu": ("blocktile-2d.cu", (
+    "00/b_not_converted.py": (MATMUL, ("    B = np.ascontiguousarray(B, dtype=np.float32)\n", "")),
+    "00/block_grid_swapped.py": (MATMUL, ("block=block, grid=grid)", "block=grid, grid=block)")),
+    "00/c_not_copied_back.py": (MATMUL, ("    return c_gpu.get()\n",
+                                         "    C = np.zeros((M, N), np.float32)\n    return C\n")),
+    "02/printf_cstdio.cu": (SOLUTIONS / "smem-tiling.cu", ("", "#include <cstdio>\n"), PRINTF),
+    "02/printf_stdio_h.cu": (SOLUTIONS / "smem-tiling.cu", ("", "#include <stdio.h>\n"), PRINTF),
+    "03/mapping_1d.cu": (SOLUTIONS / "blocktile-2d.cu", (
         "    const int threadCol = tid % (BN / TN);   // columns threadCol*TN .. +TN-1 of the tile\n"
         "    const int threadRow = tid / (BN / TN);   // rows    threadRow*TM .. +TM-1\n",
         "    const int threadCol = tid % BN;\n    const int threadRow = tid / BN;\n")),
-    "03/store_bound_off_by_one.cu": ("blocktile-2d.cu", ("            if (row < M && col < N)",
-                                                         "            if (row < M - 1 && col < N)")),
-    "04/as_stride_literal.cu": ("bank-conflict-free.cu", (AS_STRIDE, "#define AS_STRIDE 132")),
-    "04/as_stride_plus_1.cu": ("bank-conflict-free.cu", (AS_STRIDE, "#define AS_STRIDE (BM + 1)")),
-    "04/as_stride_unpadded.cu": ("bank-conflict-free.cu", (AS_STRIDE, "#define AS_STRIDE BM")),
-    "04/transpose_tile_not_swapped.cu": ("transpose.cu", ("= tile[tx][ty];", "= tile[ty][tx];")),
-    "06/bk_literal.cu": ("warptiling.cu", ("    for (int k = 0; k < BK; ++k) {", "    for (int k = 0; k < 8; ++k) {")),
-    "06/lane_layout_literal.cu": ("warptiling.cu", ("const int laneRow = lane / LC, laneCol = lane % LC;",
-                                                    "const int laneRow = lane / 8, laneCol = lane % 8;")),
-    "06/no_fragment_reload.cu": ("warptiling.cu", (
+    "03/store_bound_off_by_one.cu": (SOLUTIONS / "blocktile-2d.cu", (
+        "            if (row < M && col < N)", "            if (row < M - 1 && col < N)")),
+    "04/as_stride_literal.cu": (SOLUTIONS / "bank-conflict-free.cu", (AS_STRIDE, "#define AS_STRIDE 132")),
+    "04/as_stride_plus_1.cu": (SOLUTIONS / "bank-conflict-free.cu", (AS_STRIDE, "#define AS_STRIDE (BM + 1)")),
+    "04/as_stride_unpadded.cu": (SOLUTIONS / "bank-conflict-free.cu", (AS_STRIDE, "#define AS_STRIDE BM")),
+    "04/transpose_tile_not_swapped.cu": (SOLUTIONS / "transpose.cu", ("= tile[tx][ty];", "= tile[ty][tx];")),
+    "06/bk_literal.cu": (SOLUTIONS / "warptiling.cu", ("    for (int k = 0; k < BK; ++k) {",
+                                                      "    for (int k = 0; k < 8; ++k) {")),
+    "06/lane_layout_literal.cu": (SOLUTIONS / "warptiling.cu", (
+        "const int laneRow = lane / LC, laneCol = lane % LC;", "const int laneRow = lane / 8, laneCol = lane % 8;")),
+    "06/no_fragment_reload.cu": (SOLUTIONS / "warptiling.cu", (
         "        if (k > 0) load_fragments(As, Bs, k, aOff, bOff, regA, regB);\n", "")),
 }
 
 
 def source(file: str) -> str:
-    """The mistake's source: a reference kernel with its edits, or the function in tests/mistakes."""
+    """The mistake's source: its reference with its edits, or the function in tests/mistakes."""
     if file not in EDITS:
         return (MISTAKES / file).read_text()
     reference, *edits = EDITS[file]
-    text = (SOLUTIONS / reference).read_text()
+    text = reference.read_text()
     for old, new in edits:
         assert old in text, (file, old)
         text = text.replace(old, new, 1) if old else new + text

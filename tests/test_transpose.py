@@ -92,7 +92,8 @@ def test_bank_conflicts_fails_a_32x32_tile_with_line_and_ways():
     line = next(i for i, ln in enumerate(TILE32.splitlines(), 1) if "= tile[tx][ty];" in ln)
     assert r.status == FAILED, r.text()
     assert f"line {line} (load): 32-way bank conflict" in r.message, r.text()
-    assert "bank 31 holds 32 distinct word(s)" in r.message and "thread to bank" in r.message, r.text()
+    assert "thread to bank" in r.message and "warp 0 (threads 0-31" in r.message, r.text()
+    assert "bank 0 holds 32 distinct word(s)" in r.message, r.text()
 
 
 def test_bank_conflicts_credits_only_a_correct_transpose_through_shared_memory():

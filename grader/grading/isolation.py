@@ -229,6 +229,8 @@ def _collect_held(name: str, spec, exercise: str, submission: str, seed: int, jo
                "runtime": trusted_runtime(), "result_fd": write_fd, "launch_timeout": max(5.0, timeout * 0.8),
                "cpu_seconds": timeout + 60, "gpu_lock": lock_mode}
         writable = [tmp, job_settings.emulator_cache]
+        if job_settings.backend == "gpu" and lock_mode is None:
+            writable.append(str(timing.lock_dir()))     # it takes the GPU's lock around its timed runs itself
         readable = [job["runtime"][0]] + ([job_settings.thresholds] if job_settings.thresholds else [])
         command = sandbox.wrap(child_command(), writable, tmp, hidden=sandbox.hidden_from_grading() + lock_paths,
                                gpu=job_settings.backend == "gpu", readable=readable)

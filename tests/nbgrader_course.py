@@ -23,6 +23,10 @@ import nbformat
 import pytest
 
 import grader
+from grader.course.static_values import code_cells, read_values
+from grader.grading import registry
+from grader.grading.host_functions import source_from_cells
+from grader.programs.check import kernel_source_from_notebook
 
 REPO = Path(__file__).resolve().parent.parent
 COURSE_ID = "sgemm-lab"
@@ -209,3 +213,13 @@ def stderr_in_graded_cells(course: Path, lab: str, student: str) -> list:
 def naive_without_bounds_check(cells) -> None:
     """A lab 1 submission (graded by two tests): the naive kernel without its bounds check."""
     replace(cells["naive-kernel"], "    if (row < M && col < N) {", "    {")
+
+
+def reference_answer(lab: str, exercise: str) -> str:
+    """The reference answer of an exercise: the source notebook's cell that grades it, as grader check reads
+    it (a kernel's source, or a host function with what it uses from the notebook)."""
+    notebook = next((REPO / "labs" / lab).glob("*.ipynb"))
+    if registry.get(exercise).host_function is None:
+        return kernel_source_from_notebook(notebook, exercise)[1]
+    cells = [c.source for c in code_cells(nbformat.read(str(notebook), as_version=4))]
+    return source_from_cells(cells, read_values(cells).values)

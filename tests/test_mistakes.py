@@ -1,6 +1,6 @@
-"""Common mistakes, each a small edit of a reference (a kernel of solutions/, edited here; a lab 0 or lab 3
-function in tests/mistakes/<lab>/): the verdict of the checks that should catch it, the key words of the cause
-they name (each said once), and words that would mislead."""
+"""Common mistakes, each a small edit of a reference (a kernel of solutions/ or a function of a lab's source
+notebook, edited here; lab 3's unwritten function in tests/mistakes/03/): the verdict of the checks that
+should catch it, the key words of the cause they name (each said once), and words that would mislead."""
 from __future__ import annotations
 
 import re
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from nbgrader_course import reference_answer
 
 import grader
 from grader.grading.checks import wrong_patterns
@@ -20,9 +21,9 @@ SOLUTIONS = Path(__file__).resolve().parent.parent / "solutions"
 PRINTF = ("        C[row * N + col] = sum;\n",
           "        C[row * N + col] = sum;\n    if (row == 0 && col == 0) printf(\"C[0][0] = %f\\n\", sum);\n")
 AS_STRIDE = "#define AS_STRIDE (BM + 4)             // floats per row of As: 4 (mod 32) banks apart"
-# Each mistake: its reference (a kernel of solutions/, or lab 0's function in tests/mistakes) and the edits
-# (as written there, as the mistake writes it).
-MATMUL = MISTAKES / "00" / "_reference.py"
+# Each mistake: its reference (a kernel of solutions/, or a lab's answer in its source notebook: (lab, exercise))
+# and the edits (as written there, as the mistake writes it).
+MATMUL = ("00-pycuda-by-hand", "pycuda-matmul")
 EDITS = {
     "00/b_not_converted.py": (MATMUL, ("    B = np.ascontiguousarray(B, dtype=np.float32)\n", "")),
     "00/block_grid_swapped.py": (MATMUL, ("block=block, grid=grid)", "block=grid, grid=block)")),
@@ -54,7 +55,7 @@ def source(file: str) -> str:
     if file not in EDITS:
         return (MISTAKES / file).read_text()
     reference, *edits = EDITS[file]
-    text = reference.read_text()
+    text = reference.read_text() if isinstance(reference, Path) else reference_answer(*reference)
     for old, new in edits:
         assert old in text, (file, old)
         text = text.replace(old, new, 1) if old else new + text

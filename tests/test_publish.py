@@ -15,6 +15,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from nbgrader_course import reference_answer
 
 from grader.course import publish
 
@@ -143,25 +144,12 @@ BROKEN = {
 }
 
 
-def _solution_of(lab: str, exercise: str) -> str:
-    """The reference answer of an exercise: the source notebook's cell that grades it, as grader check reads it."""
-    from grader.grading import registry
-    from grader.programs.check import kernel_source_from_notebook
-    notebook = next((REPO / "labs" / lab).glob("*.ipynb"))
-    if registry.get(exercise).host_function is None:
-        return kernel_source_from_notebook(notebook, exercise)[1]
-    from grader.course.static_values import code_cells, read_values
-    from grader.grading.host_functions import source_from_cells
-    cells = [c.source for c in code_cells(nbformat.read(str(notebook), as_version=4))]
-    return source_from_cells(cells, read_values(cells).values)
-
-
 @pytest.mark.parametrize("lab", sorted(BROKEN))
 def test_self_checks_in_a_fresh_clone(clone, lab, tmp_path):
     where, python = clone
     exercise, old, new, says = BROKEN[lab]
     _, _, expected = _answers()
-    reference = _solution_of(lab, exercise)
+    reference = reference_answer(lab, exercise)
     assert old in reference, (lab, old)
     outputs = []
     for source, broken in ((reference, False), (reference.replace(old, new, 1), True)):

@@ -1,6 +1,6 @@
-"""The repository is about the course: no text about how it was developed
-(issue numbers, worktrees, a machine's private set-up folder), and every
-command that results/ records can be run from the repository root (its
+"""The repository is about the course: no text about the work that made it
+(its tickets, its scratch checkouts, a machine's private set-up folder), and
+every command that results/ records can be run from the repository root (its
 module is in the package, its script or folder in the repository)."""
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import pytest
 from grader.__main__ import COMMANDS
 
 REPO = Path(__file__).resolve().parent.parent
-HISTORY = r"issue ?#?[0-9]+|worktree|\.device/"
+# Written with a class in each word, so that this file does not match itself.
+HISTORY = r"i[s]sue ?#?[0-9]+|w[o]rktree|\.d[e]vice/"
 DEPLOY = "bash deploy/gpu-machine.sh && "
 STARTS = re.compile(r"(?:python3? -m |GRADER_BACKEND=)")
 PYTHON = re.compile(r"\bpython3? (?:-m (?P<module>[\w.]+)(?: (?P<command>[\w-]+))?|(?P<script>[\w./-]+\.py)\b)")
@@ -25,8 +26,7 @@ BASH = re.compile(r"\bbash (?P<script>[\w./-]+\.sh)\b")
 def test_no_development_history_in_the_repository():
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("needs git and a git checkout")
-    found = subprocess.run(["git", "grep", "--untracked", "-I", "-n", "-i", "-E", HISTORY, "--", ".",
-                            ":(exclude)tests/test_repository.py"],
+    found = subprocess.run(["git", "grep", "--untracked", "-I", "-n", "-i", "-E", HISTORY, "--", "."],
                            cwd=REPO, capture_output=True, text=True, check=False)
     assert found.returncode == 1 and not found.stdout, \
         f"text about the development process (rewrite it to say what is true of the course):\n{found.stdout}"

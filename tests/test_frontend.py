@@ -159,6 +159,16 @@ def test_sanity_check_says_missing_wrong_type_implausible_and_plausible(capsys):
     assert "in the plausible range" in lines[4]
 
 
+def test_an_answer_cell_shows_its_line_and_no_out_value():
+    """Ending a notebook cell, sanity_check's verdict displays nothing (no `Out: False` under the line)."""
+    from IPython.core.interactiveshell import InteractiveShell  # IPython: with the notebook extras
+
+    import grader
+    formatter = InteractiveShell.instance().display_formatter
+    assert formatter.format(grader.sanity_check(None, 50, 5000)) == ({}, {})
+    assert formatter.format(grader.sanity_check(682.7, 50, 5000)) == ({}, {})
+
+
 def test_release_answers_are_none_so_the_copy_runs_top_to_bottom():
     from grader.course.preprocessors import answer_stub
     assert answer_stub(["AI = 2 * 4096**3 / (4 * 3 * 4096**2)"]) == ["AI = None  # YOUR ANSWER HERE"]

@@ -29,6 +29,7 @@ EDITS = {
     "00/block_grid_swapped.py": (MATMUL, ("block=block, grid=grid)", "block=grid, grid=block)")),
     "00/c_not_copied_back.py": (MATMUL, ("    return c_gpu.get()\n",
                                          "    C = np.zeros((M, N), np.float32)\n    return C\n")),
+    "01/no_bounds_check.cu": (SOLUTIONS / "coalesced.cu", ("    if (row < M && col < N) {", "    {")),
     "02/printf_cstdio.cu": (SOLUTIONS / "smem-tiling.cu", ("", "#include <cstdio>\n"), PRINTF),
     "02/printf_stdio_h.cu": (SOLUTIONS / "smem-tiling.cu", ("", "#include <stdio.h>\n"), PRINTF),
     "03/mapping_1d.cu": (SOLUTIONS / "blocktile-2d.cu", (
@@ -84,6 +85,8 @@ CASES = [
     Mistake("00/b_not_converted.py", "pycuda-matmul", "matmul-float64", FAILED,
             said_once=("B went to the device as float64", "np.ascontiguousarray(B, dtype=np.float32)"),
             never=("np.ascontiguousarray(A",)),
+    Mistake("01/no_bounds_check.cu", "coalesced", "correctness", FAILED,
+            said_once=("a missing bounds check?",)),
     Mistake("03/blocks_per_sm_not_written.py", "blocks-per-sm", "h200-limits", FAILED,
             said_once=("your function is not written yet",), never=("raised NotImplementedError",)),
     Mistake("04/as_stride_plus_1.cu", "bank-conflict-free", "correctness", FAILED,

@@ -159,21 +159,35 @@ def answer_verdict(value, expected: float, rtol: float = 1e-5, atol: float = 0.0
     return False, f"[FAIL] your answer {shown} is not right yet (it must be a number {within})"
 
 
-def sanity_check(value, low: float, high: float, unit: str = "") -> bool:
+class Plausible:
+    """sanity_check's verdict: true or false, shown as nothing when it ends a notebook cell."""
+
+    def __init__(self, ok: bool):
+        self.ok = ok
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+def sanity_check(value, low: float, high: float, unit: str = "") -> Plausible:
     """The visible half of a numeric question's test cell: says (stdout, never
     raising) whether the answer is missing, not a number, or outside the
     plausible range [low, high], without the expected value. The hidden test
-    (grade_answer) grades it; this only catches slips early (units, a factor of 1000)."""
+    (grade_answer) grades it; this only catches slips early (units, a factor of 1000). Returns whether the
+    answer is plausible, as a value a notebook does not display (the printed line says it once)."""
     unit = f" {unit}" if unit else ""
     if value is None:
         print("not answered yet: replace None with your answer (a number or arithmetic of numbers)")
-        return False
+        return Plausible(False)
     if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(float(value)):
         print(f"your answer must be a finite number, not {value!r} ({type(value).__name__})")
-        return False
+        return Plausible(False)
     if not low <= float(value) <= high:
         print(f"your answer {float(value):.6g}{unit} is outside the plausible range {low:g} to {high:g}{unit}: "
               "check the units and the formula")
-        return False
+        return Plausible(False)
     print(f"your answer {float(value):.6g}{unit} is in the plausible range (the hidden test checks its value)")
-    return True
+    return Plausible(True)

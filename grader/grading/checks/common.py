@@ -248,8 +248,9 @@ def launch_errors(driver) -> tuple[type[BaseException], ...]:
     return (driver.Error, TypeError, ValueError)
 
 
-def guard_problems(before, after, n: int, name: str) -> list[str]:
-    """What writes into the guard zones around an output of n floats say (nothing: [])."""
+def guard_problems(before, after, n: int, name: str, said: set | None = None) -> list[str]:
+    """What writes into the guard zones around an output of n floats say (nothing: []); the likely cause
+    once per check (`said`: the hints a check has given, this one added)."""
     if not len(before) and not len(after):
         return []
     where = []
@@ -258,7 +259,10 @@ def guard_problems(before, after, n: int, name: str) -> list[str]:
     if len(after):
         where.append(f"{len(after)} float(s) after its end (first at {name}[{n + int(after[0])}], past the last "
                      f"element {name}[{n - 1}])")
-    return [f"wrote outside {name}: " + " and ".join(where) + " - a missing bounds check?"]
+    hint = "" if said is not None and "bounds" in said else " - a missing bounds check?"
+    if said is not None:
+        said.add("bounds")
+    return [f"wrote outside {name}: " + " and ".join(where) + hint]
 
 
 def returned_matrix(value, shape: tuple) -> np.ndarray | None:

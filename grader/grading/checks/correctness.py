@@ -144,7 +144,7 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             continue
         before = np.asarray(arrays.get(f"before{i}", np.empty(0)), dtype=np.int64)
         after = np.asarray(arrays.get(f"after{i}", np.empty(0)), dtype=np.int64)
-        problems = guard_problems(before, after, M * N, "C")
+        problems = guard_problems(before, after, M * N, "C", said)
         cmp = sgemm.compare(C, A, B)
         if not cmp.ok:
             r, c, want, got = cmp.first

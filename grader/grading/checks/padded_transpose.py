@@ -131,7 +131,7 @@ def judge_correctness(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             lines.append(f"{shape}: the grading process returned no out of this shape")
             continue
         problems = guard_problems(np.asarray(arrays.get(f"before{i}", [])), np.asarray(arrays.get(f"after{i}", [])),
-                                  rows * cols, "out")
+                                  rows * cols, "out", said)
         wrong = _compare(out, x, said)
         problems += [wrong] if wrong else []
         if problems:

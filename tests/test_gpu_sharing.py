@@ -1,7 +1,9 @@
 """Grading processes sharing one GPU (grader.grading.isolation, grader.kernels.timing): the trusted
-parent holds the GPU's lock for each grading process, exclusively for a check that times kernels,
-shared otherwise, and the process itself can neither see the lock nor release it. On the emulator,
-with a lock file standing for the GPU's (GRADER_GPU_LOCK) and its holdings logged."""
+parent holds the GPU's lock shared for each grading process and, at the request of one whose check
+times kernels, exclusively around each timed section; the process itself can neither see the lock nor
+release it. On the emulator, with a lock file standing for the GPU's (GRADER_GPU_LOCK) and its
+holdings logged."""
+import fcntl
 import os
 import subprocess
 import sys
@@ -16,13 +18,22 @@ from grader.platform import sandbox, settings
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = (REPO / "solutions" / "smem-tiling.cu").read_text()
-GRADING = """
-from pathlib import Path
-from grader.grading import isolation
-source = Path(%r).read_text()
-for check in ("compiles", "performance", "compiles", "performance", "compiles"):
-    isolation.run_check("smem-tiling", check, source)
+TIMED = """
+import json, sys, time
+from grader.kernels import timing
+timing.held_by_parent("shared", json.loads(sys.argv[1]))
+for _ in range(2):
+    time.sleep(0.3)                     # GPU work beside other submissions'
+    with timing.gpu_lock(wait_s=60):
+        time.sleep(0.4)                 # timed alone
 """
+GRADER = """
+import json, subprocess, sys
+from grader.kernels import timing
+with timing.held_for_child(times=True, wait_s=60) as lock:
+    child = subprocess.Popen([sys.executable, "-c", %r, json.dumps(lock.pipe)], pass_fds=lock.pipe)
+    sys.exit(child.wait())
+""" % TIMED
 
 
 def holdings(log: Path) -> list[tuple[str, float, float, int]]:
@@ -33,18 +44,21 @@ def overlap(a, b) -> bool:
     return a[1] < b[2] and b[1] < a[2]
 
 
-def test_timing_checks_hold_the_gpu_alone_and_the_others_share_it(tmp_path):
+def test_a_timed_section_holds_the_gpu_alone_and_only_while_it_times(tmp_path):
     lock, log = tmp_path / "gpu.lock", tmp_path / "held.log"
     env = dict(os.environ, PYTHONPATH=str(REPO), GRADER_GPU_LOCK=str(lock), GRADER_GPU_LOCK_LOG=str(log))
-    script = GRADING % str(REPO / "solutions" / "smem-tiling.cu")
-    workers = [subprocess.Popen([sys.executable, "-c", script], env=env) for _ in range(2)]
-    assert all(w.wait(timeout=600) == 0 for w in workers)
+    graders = [subprocess.Popen([sys.executable, "-c", GRADER], env=env) for _ in range(3)]
+    assert all(g.wait(timeout=120) == 0 for g in graders)
     held = holdings(log)
     exclusive = [h for h in held if h[0] == "exclusive"]
-    assert len(exclusive) == 4 and {h[3] for h in held} == {w.pid for w in workers}
+    assert len(exclusive) == 6 and all(end - start >= 0.4 for _, start, end, _ in exclusive), held
+    assert {h[3] for h in held} == {g.pid for g in graders}            # held by the parents, never by a child
     assert not [(a, b) for a in exclusive for b in held if a is not b and overlap(a, b)]
     shared = [h for h in held if h[0] == "shared"]
-    assert any(overlap(a, b) for a in shared for b in shared if a[3] != b[3])      # the two did grade at once
+    assert any(overlap(a, b) for a in shared for b in shared if a[3] != b[3])      # they did grade at once
+    for g in graders:       # each one's time outside its timed sections was shared, not exclusive
+        spans = sorted(h[1:3] for h in held if h[3] == g.pid)
+        assert sum(end - start for start, end in spans) >= 2 * 0.3 + 2 * 0.4
 
 
 @pytest.fixture
@@ -64,17 +78,16 @@ def test_a_grading_process_can_neither_see_nor_release_its_parents_lock(monkeypa
              "    print('inode', os.fstat(fd).st_ino)\n")
     work = tmp_path / "work"
     work.mkdir()
-    with timing.held_for_child(exclusive=True) as (mode, hidden):
-        assert mode == "exclusive" and str(lock) in hidden
+    with timing.held_for_child(times=True) as held:
+        assert held.mode == "shared" and held.pipe and str(lock) in held.hidden
         command = sandbox.wrap([sys.executable, "-I", "-c", probe, str(lock)], [str(work)], str(work),
-                               hidden=sandbox.hidden_from_grading() + hidden)
+                               hidden=sandbox.hidden_from_grading() + list(held.hidden))
         seen = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout.split()
         assert seen and (seen[0] == "unseen" or int(seen[1]) != os.stat(lock).st_ino), seen
         other = os.open(lock, os.O_RDONLY)
-        try:                                            # still held: another holder is refused
+        try:                                            # still held: one that would time is refused
             try:
-                import fcntl
-                fcntl.flock(other, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 raise AssertionError("the lock was released")
             except BlockingIOError:
                 pass
@@ -82,16 +95,49 @@ def test_a_grading_process_can_neither_see_nor_release_its_parents_lock(monkeypa
             os.close(other)
 
 
+def refused(lock: Path, how: int) -> bool:
+    other = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(other, how | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(other)
+
+
+def test_a_sandboxed_grading_process_gets_the_gpu_alone_over_its_pipe(monkeypatch, tmp_path, real_lock):
+    monkeypatch.setattr(settings, "_current", settings.current().with_(gpu_lock=str(real_lock)))
+    probe = ("import os, sys\nask, answer = int(sys.argv[1]), int(sys.argv[2])\n"
+             "os.write(ask, b'X'); print(os.read(answer, 1).decode(), flush=True)\nsys.stdin.readline()\n"
+             "os.write(ask, b'S'); print(os.read(answer, 1).decode(), flush=True)\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    with timing.held_for_child(times=True) as held:
+        command = sandbox.wrap([sys.executable, "-I", "-c", probe, *map(str, held.pipe)], [str(work)], str(work),
+                               hidden=sandbox.hidden_from_grading() + list(held.hidden))
+        child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 pass_fds=held.pipe)
+        assert child.stdout.readline().strip() == "G"
+        assert refused(real_lock, fcntl.LOCK_SH)             # alone: not even shared beside it
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "G"
+        assert child.wait(timeout=60) == 0
+        assert not refused(real_lock, fcntl.LOCK_SH) and refused(real_lock, fcntl.LOCK_EX)     # shared again
+
+
 def test_the_parent_holds_the_lock_and_tells_the_grading_process(monkeypatch, tmp_path):
     lock, log = tmp_path / "gpu.lock", tmp_path / "held.log"
     monkeypatch.setattr(settings, "_current", settings.current().with_(gpu_lock=str(lock), gpu_lock_log=str(log)))
     jobs = []
     real = isolation._collect_held
-    monkeypatch.setattr(isolation, "_collect_held", lambda *a: jobs.append(a[-2:]) or real(*a))
+    monkeypatch.setattr(isolation, "_collect_held", lambda *a: jobs.append(a[-1]) or real(*a))
     assert isolation.run_check("smem-tiling", "performance", REFERENCE).details.get("backend") == "emulator"
     assert isolation.run_check("smem-tiling", "compiles", REFERENCE).passed
-    assert [mode for mode, _ in jobs][-2:] == ["exclusive", "shared"]
-    assert all(str(lock) in paths for _, paths in jobs)
+    (timed, untimed) = jobs[-2:]
+    assert timed.mode == untimed.mode == "shared" and timed.pipe and not untimed.pipe
+    assert all(str(lock) in held.hidden for held in jobs)
     assert {pid for *_, pid in holdings(log)} == {os.getpid()}      # held here, never by the grading process
 
 

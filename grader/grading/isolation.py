@@ -35,6 +35,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 import traceback
 import warnings
 from pathlib import Path
@@ -202,22 +203,21 @@ def _times_kernels(exercise: str, spec) -> bool:
 def _collect(exercise: str, spec, submission: str, seed: int, job_settings: Settings, budgets: dict,
              timeout: float, measure: bool = False):
     """(meta, arrays, captured output) from a grading process, or the CheckResult saying why there are none.
-    The GPU's lock is held here for the process (exclusively when it times kernels), before its time starts."""
+    Where workers share the GPU, its lock is held here for the process (timing.held_for_child), before its
+    time starts; the time it waits for the GPU alone is not counted."""
     name = spec.name if spec is not None else "reference"
     with contextlib.ExitStack() as held:
         try:
-            lock_mode, lock_paths = held.enter_context(timing.held_for_child(
-                _times_kernels(exercise, spec), GPU_WAIT_S))
+            lock = held.enter_context(timing.held_for_child(_times_kernels(exercise, spec), GPU_WAIT_S))
         except timing.GpuBusy as e:
             return CheckResult.grader_error(name, f"{e} (the grader's limit, not the kernel's: regrade later)")
         except Exception as e:      # noqa: BLE001 - the lock's file or the driver: the grader's failure, said so
             return CheckResult.grader_error(name, f"the GPU's lock could not be taken ({type(e).__name__}: {e})")
-        return _collect_held(name, spec, exercise, submission, seed, job_settings, budgets, timeout, measure,
-                             lock_mode, lock_paths)
+        return _collect_held(name, spec, exercise, submission, seed, job_settings, budgets, timeout, measure, lock)
 
 
 def _collect_held(name: str, spec, exercise: str, submission: str, seed: int, job_settings: Settings,
-                  budgets: dict, timeout: float, measure: bool, lock_mode: str | None, lock_paths: list[str]):
+                  budgets: dict, timeout: float, measure: bool, lock: timing.ChildLock):
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         env = {k: os.environ[k] for k in INHERITED if k in os.environ}
         env.update(PATH=env.get("PATH") or os.defpath, TMPDIR=tmp, HOME=tmp, MPLBACKEND="Agg",
@@ -225,38 +225,49 @@ def _collect_held(name: str, spec, exercise: str, submission: str, seed: int, jo
                    **{var: os.path.join(job_settings.emulator_cache, sub) for var, sub in COMPILER_CACHES.items()})
         read_fd, write_fd = os.pipe()
         job = {"exercise": exercise, "check": None if spec is None else spec.name, "submission": submission, "seed": seed,
-               "settings": job_settings.to_dict(), "budgets": budgets, "measure": measure, "path": interpreter.import_path(),
+               "settings": job_settings.with_(gpu_lock_log=None).to_dict(),      # the lock's holders log, here
+               "budgets": budgets, "measure": measure, "path": interpreter.import_path(),
                "runtime": trusted_runtime(), "result_fd": write_fd, "launch_timeout": max(5.0, timeout * 0.8),
-               "cpu_seconds": timeout + 60, "gpu_lock": lock_mode}
+               "cpu_seconds": timeout + 60, "gpu_lock": lock.mode, "gpu_lock_pipe": lock.pipe}
         writable = [tmp, job_settings.emulator_cache]
-        if job_settings.backend == "gpu" and lock_mode is None:
+        if job_settings.backend == "gpu" and lock.mode is None:
             writable.append(str(timing.lock_dir()))     # it takes the GPU's lock around its timed runs itself
         readable = [job["runtime"][0]] + ([job_settings.thresholds] if job_settings.thresholds else [])
-        command = sandbox.wrap(child_command(), writable, tmp, hidden=sandbox.hidden_from_grading() + lock_paths,
+        command = sandbox.wrap(child_command(), writable, tmp, hidden=sandbox.hidden_from_grading() + list(lock.hidden),
                                gpu=job_settings.backend == "gpu", readable=readable)
         chunks: list[bytes] = []
         reader = threading.Thread(target=_read_all, args=(read_fd, chunks), daemon=True)
         reader.start()
         try:
             proc = subprocess.Popen(command, cwd=tmp, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, start_new_session=True, text=True, pass_fds=(write_fd,))
+                                    stderr=subprocess.STDOUT, start_new_session=True, text=True,
+                                    pass_fds=(write_fd, *(lock.pipe or ())))
         except OSError as e:
             os.close(write_fd)
             return CheckResult.grader_error(name, f"the grading process could not be started ({e})")
         os.close(write_fd)
-        try:
-            out, _ = proc.communicate(json.dumps(job) + "\n", timeout=timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            out, _ = proc.communicate()
+        out, timed_out = _communicate(proc, json.dumps(job) + "\n", timeout, lock)
         reader.join(timeout=10)
     hint = spec.hang_hint if spec is not None else ""
     return _outcome(name, hint, b"".join(chunks), (out or "").strip(), proc.returncode, timed_out, timeout)
+
+
+def _communicate(proc, job: str, timeout: float, lock: timing.ChildLock) -> tuple[str, bool]:
+    """The process's output, and whether it was stopped after `timeout` seconds of its own (waiting
+    for the GPU alone not counted)."""
+    start, given = time.monotonic(), job
+    while True:
+        try:
+            out, _ = proc.communicate(given, timeout=max(0.1, start + timeout + lock.waited_s - time.monotonic()))
+            return out, False
+        except subprocess.TimeoutExpired:
+            given = None
+            if time.monotonic() >= start + timeout + lock.waited_s:
+                break
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate()
+    return out, True
 
 
 def _outcome(name: str, hang_hint: str, data: bytes, out: str, code: int, timed_out: bool, timeout: float):
@@ -361,7 +372,7 @@ def child(job: dict) -> int:
         os.makedirs(os.path.join(job_settings.emulator_cache, sub), exist_ok=True)
     chosen = backend.current()              # the backend the job names (GRADER_BACKEND=gpu insists on the GPU)
     if job.get("gpu_lock"):
-        timing.held_by_parent(job["gpu_lock"])
+        timing.held_by_parent(job["gpu_lock"], job.get("gpu_lock_pipe"))
     ex = registry.get(job["exercise"])
     checks = [ex.check(job["check"])] if job["check"] else [c for c in ex.checks if c.timed_on_reference]
     pipe.write(STARTED)

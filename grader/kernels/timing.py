@@ -40,6 +40,7 @@ import os
 import re
 import secrets
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -140,12 +141,14 @@ def _cupy():
 
 # ---- the GPU's lock --------------------------------------------------------------------
 # A grading process times under the GPU's lock (exclusive). Where workers share a GPU (class grading,
-# GRADER_GPU_LOCK), every process that runs anything of a submission on it holds that lock shared and one
-# that times, exclusive; the grader's processes take it for the sandboxed ones they start (held_for_child),
-# which cannot see it.
+# GRADER_GPU_LOCK), the grader's processes hold that lock shared for every sandboxed process they start
+# (held_for_child), which cannot see it; one that times asks its parent over a pipe to hold it
+# exclusively around each timed section (held_by_parent), so the GPU is alone only while a kernel is timed.
 EXCLUSIVE, SHARED = "exclusive", "shared"
 NOTEBOOK = "notebook"      # a notebook's run at autograde time, held shared for it: its own timings are shown, not graded
+ALONE, TOGETHER, GRANTED, BUSY = b"X", b"S", b"G", b"B"     # a child's requests to its parent, and the answers
 _held: str | None = None   # the mode this process holds, or its parent holds for it (held_by_parent)
+_parent: tuple[int, int] | None = None     # (ask, answer): the pipe to a parent that holds the lock for this process
 
 
 def lock_dir() -> Path:
@@ -187,8 +190,8 @@ def _gate(path: Path) -> Path:
     return path.with_name(path.name + ".gate")
 
 
-def _flock(fd: int, mode: int, deadline: float | None, wait_s: float | None) -> None:
-    if deadline is None:
+def _flock(fd: int, mode: int, deadline: float | None, wait_s: float | None, stop=None) -> None:
+    if deadline is None and stop is None:
         fcntl.flock(fd, mode)
         return
     while True:
@@ -196,7 +199,7 @@ def _flock(fd: int, mode: int, deadline: float | None, wait_s: float | None) -> 
             fcntl.flock(fd, mode | fcntl.LOCK_NB)
             return
         except BlockingIOError:
-            if time.monotonic() >= deadline:
+            if (deadline is not None and time.monotonic() >= deadline) or (stop is not None and stop.is_set()):
                 raise GpuBusy(f"the GPU was busy timing other submissions for {wait_s:g} s") from None
             time.sleep(0.05)
 
@@ -212,56 +215,106 @@ def _log(mode: str, start: float, end: float) -> None:
             os.close(fd)
 
 
+class _Holding:
+    """This process's holding of a lock file, shared or exclusive; each span in one mode is logged.
+
+    Every request passes a gate first (a second file, held exclusively while waiting): one waiting to
+    time keeps new shared holders out, so that a stream of them cannot starve it (flock alone favours
+    none)."""
+
+    def __init__(self, path: Path, mode: str, wait_s: float | None):
+        self.path, self.wait_s = Path(path), wait_s
+        self.fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o666)      # flock needs no write access
+        try:
+            self._take(mode)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.mode, self.since = mode, time.monotonic()
+
+    def _take(self, mode: str, stop=None) -> None:
+        deadline = None if self.wait_s is None else time.monotonic() + self.wait_s
+        gate = os.open(_gate(self.path), os.O_RDONLY | os.O_CREAT, 0o666)
+        try:
+            _flock(gate, fcntl.LOCK_EX, deadline, self.wait_s, stop)
+            _flock(self.fd, fcntl.LOCK_SH if mode == SHARED else fcntl.LOCK_EX, deadline, self.wait_s, stop)
+        finally:
+            os.close(gate)                      # the gate is open again
+
+    def change(self, mode: str, stop=None) -> None:
+        """Hold it in `mode` now: released, then asked for again through the gate like a new request
+        (flock's own conversion releases first too, and a holder waiting at the gate for this lock would
+        wait forever for one that kept it meanwhile). A request that fails (GpuBusy) is followed by one for
+        the shared lock before it raises."""
+        if mode == self.mode:
+            return
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        _log(self.mode, self.since, time.monotonic())
+        try:
+            self._take(mode, stop)
+        except GpuBusy:
+            self._take(SHARED)
+            self.mode, self.since = SHARED, time.monotonic()
+            raise
+        self.mode, self.since = mode, time.monotonic()
+
+    def release(self) -> None:
+        _log(self.mode, self.since, time.monotonic())
+        os.close(self.fd)
+
+
 @contextlib.contextmanager
 def gpu_lock(path=None, wait_s: float | None = None, shared: bool = False):
     """Hold the GPU's lock (flock on `path`, default lock_path()): exclusive
     around a timed section, so that no other process times, or runs a kernel
     under the shared lock, meanwhile; `shared` for other GPU work. Raises
     GpuBusy after `wait_s` seconds of waiting (None: as long as it takes).
-    Inside a lock this process holds (or its parent holds for it), it is a
-    no-op; asking to time inside a shared one is the grader's bug.
-
-    Every request passes a gate first (a second file, held exclusively while
-    waiting): one waiting to time keeps new shared holders out, so that a
-    stream of them cannot starve it (flock alone favours none)."""
+    Inside a lock this process holds, it is a no-op; inside one its parent holds
+    shared for it, the parent is asked to hold it exclusively meanwhile."""
     global _held
     if _held is not None:
         if _held == SHARED and not shared:
-            raise RuntimeError("a kernel timed under the GPU's shared lock: the check that times must say so "
-                               "(Check.times_kernels), so that its grading process holds the lock alone")
+            with _alone_by_parent():
+                yield
+            return
         yield
         return
-    path = Path(path) if path is not None else lock_path()
-    deadline = None if wait_s is None else time.monotonic() + wait_s
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)      # flock needs no write access
-    try:
-        gate = os.open(_gate(path), os.O_RDONLY | os.O_CREAT, 0o666)
-        try:
-            _flock(gate, fcntl.LOCK_EX, deadline, wait_s)
-            _flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, deadline, wait_s)
-        finally:
-            os.close(gate)                      # the gate is open again
-    except BaseException:
-        os.close(fd)
-        raise
-    _held = SHARED if shared else EXCLUSIVE
-    start = time.monotonic()
+    holding = _Holding(path if path is not None else lock_path(), SHARED if shared else EXCLUSIVE, wait_s)
+    _held = holding.mode
     try:
         yield
     finally:
         _held = None
-        end = time.monotonic()
-        os.close(fd)                            # releases the lock
-        _log(SHARED if shared else EXCLUSIVE, start, end)
+        holding.release()
 
 
-def held_by_parent(mode: str) -> None:
-    """In a sandboxed process whose trusted parent holds the lock for it (held_for_child): gpu_lock opens
-    nothing (the process cannot see the lock), and timing under a shared one fails."""
+@contextlib.contextmanager
+def _alone_by_parent():
+    """The GPU alone for a timed section of a process whose parent holds the lock shared for it."""
     global _held
-    if mode not in (EXCLUSIVE, SHARED, NOTEBOOK):
-        raise ValueError(f"the GPU's lock is held {EXCLUSIVE}, {SHARED} or for a {NOTEBOOK}, not {mode!r}")
-    _held = mode
+    if _parent is None:
+        raise RuntimeError("a kernel timed under the GPU's shared lock: the check that times must say so "
+                           "(Check.times_kernels), so that its parent holds the lock for it on request")
+    ask, answer = _parent
+    os.write(ask, ALONE)
+    if os.read(answer, 1) != GRANTED:
+        raise GpuBusy("the GPU was busy timing other submissions for longer than the grader waits")
+    _held = EXCLUSIVE
+    try:
+        yield
+    finally:
+        os.write(ask, TOGETHER)
+        os.read(answer, 1)          # shared again: another's timed section may have come first
+        _held = SHARED
+
+
+def held_by_parent(mode: str, pipe: tuple[int, int] | None = None) -> None:
+    """In a sandboxed process whose trusted parent holds the lock for it (held_for_child): gpu_lock opens
+    nothing (the process cannot see the lock); timing under the shared one asks the parent over `pipe`."""
+    global _held, _parent
+    if mode not in (SHARED, NOTEBOOK):
+        raise ValueError(f"the GPU's lock is held {SHARED} or for a {NOTEBOOK} by a parent, not {mode!r}")
+    _held, _parent = mode, (tuple(pipe) if pipe else None)
 
 
 def held_for_notebook() -> None:
@@ -271,17 +324,74 @@ def held_for_notebook() -> None:
         held_by_parent(NOTEBOOK)
 
 
+@dataclass
+class ChildLock:
+    """What held_for_child holds for a child: the mode its job names (None: no lock, it takes the GPU's
+    own), the paths to hide from it, and the pipe it asks for the GPU alone over (fds to pass it)."""
+    mode: str | None = None
+    hidden: tuple[str, ...] = ()
+    pipe: tuple[int, int] | None = None
+    waited_s: float = 0.0       # spent waiting for its requests: not the child's time
+
+
 @contextlib.contextmanager
-def held_for_child(exclusive: bool, wait_s: float | None = None):
-    """The lock grading shares (grading_lock), held here for a sandboxed child this process starts
-    meanwhile: yields (the mode for the child's job, None where there is no lock; the paths to hide
-    from the child, so that it can neither take the lock nor release it)."""
+def held_for_child(times: bool, wait_s: float | None = None):
+    """The lock grading shares (grading_lock), held shared here for a sandboxed child this process starts
+    meanwhile; a child that `times` kernels gets a pipe over which this process holds it exclusively
+    for each timed section. Yields a ChildLock."""
+    global _held
     path = grading_lock()
     if path is None:
-        yield None, []
+        yield ChildLock()
         return
-    with gpu_lock(path, wait_s=wait_s, shared=not exclusive):
-        yield (EXCLUSIVE if exclusive else SHARED), [str(lock_dir()), str(path), str(_gate(path))]
+    holding = _Holding(path, SHARED, wait_s)
+    _held = SHARED
+    hidden = (str(lock_dir()), str(path), str(_gate(path)))
+    try:
+        if not times:
+            yield ChildLock(SHARED, hidden)
+            return
+        with _serving(holding) as child:
+            child.hidden = hidden
+            yield child
+    finally:
+        _held = None
+        holding.release()
+
+
+@contextlib.contextmanager
+def _serving(holding: _Holding):
+    """A thread that changes `holding` at a child's requests (ALONE, TOGETHER) and answers each."""
+    ask_r, ask_w = os.pipe()
+    answer_r, answer_w = os.pipe()
+    child = ChildLock(SHARED, pipe=(ask_w, answer_r))
+    stop = threading.Event()
+
+    def serve():
+        while (request := os.read(ask_r, 1)) in (ALONE, TOGETHER):
+            t0 = time.monotonic()
+            try:
+                holding.change(EXCLUSIVE if request == ALONE else SHARED, stop)
+                reply = GRANTED
+            except GpuBusy:
+                reply = BUSY
+            child.waited_s += time.monotonic() - t0
+            try:
+                os.write(answer_w, reply)
+            except OSError:         # the child is gone
+                return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield child
+    finally:
+        stop.set()
+        for fd in (ask_w, answer_r):
+            os.close(fd)            # with the child's copies gone, the thread reads the end of its requests
+        thread.join(timeout=10)
+        for fd in (ask_r, answer_w):
+            os.close(fd)
 
 
 # ---- peak ------------------------------------------------------------------------------

@@ -2,13 +2,14 @@
 
 A class of lab 02 submissions of every kind (grader.programs.class_submissions: correct, wrong, slow,
 hanging, hostile) graded by `python -m grader autograde` twice, serially (--workers 1) and by
---workers workers sharing one GPU, each run in a copy of the same course. Written as markdown:
-each run's wall time, the seconds the GPU's lock was held exclusively (timing) and whether a
-timed section overlapped any other holder (its log, GRADER_GPU_LOCK_LOG), and per submission the
-score and the performance ratio to cuBLAS in both runs. Exit status 1 when a score differs or is
-missing, or a timed section overlapped. With --work, a bench stopped halfway keeps its finished run. Without a
-GPU the emulator grades (no performance points, no ratios), with a lock file standing for the
-GPU's (GRADER_GPU_LOCK)."""
+--workers workers sharing one GPU, each run in a copy of the same course. Both runs hold the GPU's
+lock as workers sharing a GPU do (GRADER_GPU_LOCK, a file in the work folder): every grading
+process's GPU work under it shared, each timed section alone. Written as markdown: each run's wall
+time, the seconds the lock was held exclusively (timing) and whether a timed section overlapped any
+other holder (its log, GRADER_GPU_LOCK_LOG), and per submission the score and the performance ratio
+to cuBLAS in both runs. Exit status 1 when a score differs or is missing, or a timed section
+overlapped. With --work, a bench stopped halfway keeps its finished run. Without a GPU the emulator
+grades (no performance points, no ratios, nothing timed)."""
 from __future__ import annotations
 
 import argparse
@@ -46,16 +47,14 @@ def build_class(work: Path, students: int) -> None:
         shutil.copytree(course, pristine, symlinks=True)
 
 
-def grade(pristine: Path, run: Path, gpu: str, workers: int, lock: Path | None) -> tuple[float, int]:
+def grade(pristine: Path, run: Path, gpu: str, workers: int, lock: Path) -> tuple[float, int]:
     """`python -m grader autograde` of a copy of the class at RUN/course: its wall time in seconds, its exit status."""
     course = run / "course"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     shutil.copytree(pristine, course, symlinks=True)
-    env = dict(os.environ, GRADER_GPU_LOCK_LOG=str(run / "gpu-lock.log"),
+    env = dict(os.environ, GRADER_GPU_LOCK=str(lock), GRADER_GPU_LOCK_LOG=str(run / "gpu-lock.log"),
                PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))  # alembic
-    if lock is not None:
-        env["GRADER_GPU_LOCK"] = str(lock)
     command = [sys.executable, "-m", "grader", "autograde", str(course), LAB, "--force", "--gpus", gpu,
                "--workers", str(workers)]
     print(f"{run.name}: {' '.join(command[1:])}", flush=True)
@@ -109,7 +108,7 @@ def results(course: Path, students) -> dict[str, dict]:
     return out
 
 
-def measured_run(work: Path, name: str, students: int, workers: int, gpu: str, on_gpu: bool) -> dict:
+def measured_run(work: Path, name: str, students: int, workers: int, gpu: str) -> dict:
     """One run of the class at WORK/NAME, or the one a killed bench finished there before (WORK/NAME/run.json)."""
     done = work / name / "run.json"
     key = {"students": students, "workers": workers, "gpu": gpu}
@@ -121,8 +120,7 @@ def measured_run(work: Path, name: str, students: int, workers: int, gpu: str, o
         shutil.rmtree(pristine, ignore_errors=True)
         build_class(work, students)
         built.write_text(json.dumps({"students": students}))
-    lock = None if on_gpu else work / "gpu.lock"       # the emulator: a file stands for the GPU's lock
-    wall, code = grade(pristine, work / name, gpu, workers, lock)
+    wall, code = grade(pristine, work / name, gpu, workers, work / "gpu.lock")
     held = lock_intervals(work / name / "gpu-lock.log")
     run = {"workers": workers, "wall": wall, "status": code, "overlaps": overlapping(held),
            "exclusive": sum(end - start for mode, start, end in held if mode == "exclusive"),
@@ -191,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs = {}
         for name, workers in (("serial", 1), ("parallel", args.workers)):
-            runs[name] = measured_run(work, name, args.students, workers, args.gpu, backend.name == "gpu")
+            runs[name] = measured_run(work, name, args.students, workers, args.gpu)
         kinds = class_kinds(args.students)
     finally:
         if not args.work:

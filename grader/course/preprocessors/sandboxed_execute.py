@@ -113,8 +113,8 @@ class SandboxedExecute(Execute):
         timed while this notebook can use the GPU; the kernel cannot see the lock."""
         global _lock_paths
         protect_course(self.config)
-        with timing.held_for_child(exclusive=False, wait_s=GPU_WAIT_S) as held:
-            _lock_paths = held[1]
+        with timing.held_for_child(times=False, wait_s=GPU_WAIT_S) as held:
+            _lock_paths = list(held.hidden)
             try:
                 return super().preprocess(nb, resources, km)
             except (DeadKernelError, CellTimeoutError) as e:

@@ -1,6 +1,8 @@
-"""Three ways the emulator could give answers no GPU gives: a kernel named
-like a C library function ran the library function, launches from two host
-threads at once crashed, and a Fortran-ordered array was stored row-major.
+"""Ways the emulator could give answers no GPU gives: a kernel named like a C
+library function ran the library function, launches from two host threads at
+once crashed, a Fortran-ordered array was stored row-major, and a store into a
+buffer that the host happened to place beside the block's shared arrays was
+reported as a shared-memory index out of bounds.
 Each program runs in a fresh process, so a crash or a hang fails the test
 instead of ending the test run."""
 import subprocess
@@ -175,3 +177,23 @@ def test_fortran_ordered_array_keeps_its_layout(order):
         print("ok")
     """)
     assert out.strip().endswith("ok")
+
+
+def test_a_store_into_a_buffer_beside_the_shared_arrays_is_global():
+    """A 64 MiB C with 4 MiB A and B: the host maps such buffers beside the emulator's shared arrays."""
+    out = run_program("""
+        import grader
+        from grader.kernels import sgemm, stages
+        from grader.kernels.stages import Launch
+        grader.use_backend("emulator")
+        stage = stages.stage("blocktile-2d")
+        function = sgemm.compile_kernel(stage)
+        drv = sgemm.driver_of(function)
+        M = N = 4096
+        K = 256
+        a, b, c = drv.mem_alloc(M * K * 4), drv.mem_alloc(K * N * 4), drv.mem_alloc(M * N * 4)
+        with emulator.analyze() as report:
+            sgemm.launch_kernel(function, Launch((1, 1, 1), (256, 1, 1), 0), M, N, K, a, b, c)
+        print("findings", len(report.out_of_bounds))
+    """, timeout=300)
+    assert "findings 0" in out, out

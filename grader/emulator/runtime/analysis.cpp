@@ -335,13 +335,6 @@ static void access(const void* p, int size, bool store, uintptr_t pc) {
     if (on_fiber_stack(p) || (a >= module_lo && a < module_hi) || (a >= runtime_lo && a < runtime_hi) ||
         in(R.params, R.params_size) || in(R.warp_slots, R.warp_slots_size))
         return;
-    // Within one shared-memory size of the block's static shared arrays (and outside the module): an index
-    // past a shared array, not a global address.
-    auto slo = reinterpret_cast<uintptr_t>(R.shared_lo), shi = reinterpret_cast<uintptr_t>(R.shared_hi);
-    if (shi > slo && a + size > slo - (shi - slo) && a < shi + (shi - slo)) {
-        record_finding(0, store, size, pc, me, a, true);
-        return;
-    }
     // global memory: inside one of the launch's buffers, naturally aligned
     const uintptr_t* b = R.buffers;
     size_t lo = 0, hi = R.nbuffers;
@@ -350,6 +343,13 @@ static void access(const void* p, int size, bool store, uintptr_t pc) {
         if (b[2 * mid] <= a) lo = mid + 1; else hi = mid;
     }
     bool inside = lo > 0 && a + size <= b[2 * (lo - 1)] + b[2 * (lo - 1) + 1];
+    // Outside every buffer and within one shared-memory size of the block's static shared arrays: an index
+    // past a shared array. (The host may map a buffer right beside them: inside one, an address is global.)
+    auto slo = reinterpret_cast<uintptr_t>(R.shared_lo), shi = reinterpret_cast<uintptr_t>(R.shared_hi);
+    if (!inside && shi > slo && a + size > slo - (shi - slo) && a < shi + (shi - slo)) {
+        record_finding(0, store, size, pc, me, a, true);
+        return;
+    }
     if (!inside) record_finding(0, store, size, pc, me, a, false);
     if (size > 1 && a % uintptr_t(std::min(size, 16)) != 0) record_finding(1, store, size, pc, me, a, false);
     RequestKey key{me / 32, next_occurrence(me, pc), pc};

@@ -58,7 +58,7 @@ def test_a_small_class_graded_serially_and_by_two_workers_agrees(tmp_path):
     assert "Scores: equal in both runs for 4 of 4 submissions." in text
     runs = re.findall(r"^\| (serial|parallel) \| (\d+) \| [0-9.]+ \| ([0-9.]+) \| (\d+) \| 0 \| 0 \|$", text, re.M)
     assert [(r[0], r[1], r[3]) for r in runs] == [("serial", "1", "0"), ("parallel", "2", "0")], text
-    assert all(float(r[2]) > 0 for r in runs), text          # the performance checks held the lock alone
+    assert all(float(r[2]) == 0 for r in runs), text         # nothing is timed on the emulator: never held alone
     rows = re.findall(r"^\| (s\d\d-[\w-]+) \| ([\w-]+) \| (\S+) \| (\S+) \|", text, re.M)
     assert [r[1] for r in rows] == ["correct", "hangs", "lock-grab", "naive-strided"], text
     scores = {kind: float(a) for _, kind, a, b in rows}

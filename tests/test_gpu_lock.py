@@ -150,4 +150,7 @@ def test_a_notebook_whose_parent_holds_the_lock_times_under_it(monkeypatch, tmp_
     missing = tmp_path / "not-here" / "gpu.lock"
     with timing.gpu_lock(missing, wait_s=0.1):
         pass
+    monkeypatch.setattr(settings, "_current", settings.current().with_(gpu_lock=str(missing)))
+    with timing.held_for_child(times=True, wait_s=0.1) as held:      # a check the notebook runs: the same
+        assert held.mode == timing.NOTEBOOK and not held.pipe
     assert not missing.parent.exists()

@@ -344,6 +344,9 @@ def held_for_child(times: bool, wait_s: float | None = None):
     if path is None:
         yield ChildLock()
         return
+    if _held == NOTEBOOK:               # a notebook's check, under the lock held for the notebook
+        yield ChildLock(NOTEBOOK)
+        return
     holding = _Holding(path, SHARED, wait_s)
     _held = SHARED
     hidden = (str(lock_dir()), str(path), str(_gate(path)))

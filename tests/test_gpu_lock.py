@@ -1,5 +1,6 @@
 """The GPU's lock (grader.kernels.timing.gpu_lock): processes grading at once
 never time at the same time. Two real processes, a fake timed section, no GPU."""
+import fcntl
 import os
 import subprocess
 import sys
@@ -89,6 +90,23 @@ def _holder(lock: Path, mode: str) -> subprocess.Popen:
     return proc
 
 
+def _wait_until_gate_held(lock: Path, within_s: float = 60) -> None:
+    """Until a process waits at the lock's gate (however slowly it starts on a busy machine)."""
+    deadline = time.monotonic() + within_s
+    fd = os.open(lock.with_name(lock.name + ".gate"), os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            time.sleep(0.05)
+    finally:
+        os.close(fd)
+    raise AssertionError(f"no process waited at the gate within {within_s} s")
+
+
 def test_a_waiting_timer_keeps_new_shared_holders_out(tmp_path):
     """Shared holders coming and going cannot starve a process waiting to time: once it waits, no new one enters."""
     lock = tmp_path / "gpu.lock"
@@ -97,7 +115,7 @@ def test_a_waiting_timer_keeps_new_shared_holders_out(tmp_path):
     try:
         assert reader.stdout.readline().strip() == "held"
         timer = _holder(lock, "exclusive")
-        time.sleep(1.0)                                  # the timer waits for the reader
+        _wait_until_gate_held(lock)                      # the timer waits for the reader
         with pytest.raises(timing.GpuBusy):
             with timing.gpu_lock(lock, wait_s=0.5, shared=True):
                 pass

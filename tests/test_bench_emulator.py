@@ -98,3 +98,15 @@ def test_recorded_command_is_relative_to_the_repository():
             "--note 'two words'")
     assert recorded_command("bench-graphs", ["--out", "/elsewhere/out"], backend="auto") == \
         "python3 -m grader bench-graphs --out /elsewhere/out"
+
+
+def test_the_sweep_holds_every_kind_of_shape_and_its_summary_keeps_small_ones_apart():
+    shapes = bench.parse_args(["--sizes", "sweep"]).shapes
+    assert len(set(shapes)) == len(shapes) >= 24
+    assert {(1536,) * 3, (4097,) * 3, (4095,) * 3, (1009,) * 3, (2039, 3001, 1511), (100,) * 3} <= set(shapes)
+    records = [{"stage": "autotuned", "M": m, "N": n, "K": k, "ratio": r}
+               for (m, n, k), r in (((4096,) * 3, 1.0), ((1536,) * 3, 0.64), ((100,) * 3, 0.5))]
+    records.append({"stage": "warptiling", "M": 4096, "N": 4096, "K": 4096, "ratio": 0.1})
+    assert bench.autotuned_summary(records) == (
+        "Autotuned, 2 shapes of at least 512 in every dimension: geometric mean 0.800 x cuBLAS, lowest 0.640.\n"
+        "Autotuned, 1 smaller shapes: lowest 0.500 x cuBLAS.")

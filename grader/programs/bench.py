@@ -39,6 +39,13 @@ from grader.references import occupancy
 
 # Large squares, a small one, a non-square one, few outputs with a long K, tall-skinny and short-wide.
 DEFAULT_SIZES = "1024,2048,4096,8192,4000x3000x2000,512x512x8192,8192x128x8192,128x8192x8192"
+# `--sizes sweep`: the shapes users bring. Squares that are tile multiples and one below or above one
+# (4095, 4097), no multiple of 128 (3000, 5000), one wave or part of one on 132 SMs (1536, 2304), primes,
+# few outputs with a long K, tall and wide, and tiny ones where a launch's latency counts.
+SWEEP = ("1024,2048,4096,6144,8192,1536,2304,3000,4095,4097,5000,1009,2039x3001x1511,4000x3000x2000,"
+         "2000x3000x1000,2048x2048x256,4096x4096x1024,16384x16384x1024,512x512x8192,256x256x16384,"
+         "8192x128x8192,128x8192x8192,16384x512x1024,512x16384x1024,256,100,64x64x4096")
+GOAL_SIZE = 512         # the sweep's goals: shapes at least this in every dimension, and the others
 EMULATOR_SHAPES = [(17, 33, 9), (128, 64, 96), (257, 129, 65), (40, 36, 300)]   # the last: split-K
 NO_CHECK = "not checked: no GPU"
 FAILED = ("wrong", "error", "impossible")
@@ -55,7 +62,8 @@ class _Parser(argparse.ArgumentParser):
 
 def parse_args(argv):
     p = _Parser(prog="python -m grader bench", description=__doc__.split("\n\n")[0], add_help=False)
-    p.add_argument("--sizes", default=DEFAULT_SIZES, help="N (square) or MxNxK, comma-separated")
+    p.add_argument("--sizes", default=DEFAULT_SIZES, help="N (square) or MxNxK, comma-separated; "
+                   "or `sweep`: 27 shapes of every kind (SWEEP)")
     p.add_argument("--stages", default="", help="stage ids, comma-separated (default: all)")
     p.add_argument("--repeat", type=int, default=20, help="timed runs per measurement (>= 20)")
     p.add_argument("--budget", type=float, default=60.0, help="seconds one measurement may take")
@@ -70,7 +78,8 @@ def parse_args(argv):
         return None
     if args.repeat < 20:
         raise ValueError(f"--repeat must be at least 20, not {args.repeat}")
-    args.shapes = [parse_shape(t) for t in args.sizes.split(",") if t.strip()]
+    sizes = SWEEP if args.sizes == "sweep" else args.sizes
+    args.shapes = [parse_shape(t) for t in sizes.split(",") if t.strip()]
     if not args.shapes:
         raise ValueError("--sizes names no shape")
     return args
@@ -306,12 +315,14 @@ def run_gpu(stage_list, args, argv) -> int:
     perf_table = table(["stage", "shape", "GFLOPS", "cuBLAS GFLOPS", "ratio", "status"], perf_rows)
     occ_table = table(OCC_HEADERS, occ_rows)
     ratio_table = ratios_by_shape(records)
+    summary = autotuned_summary(records)
     say("")
     say(perf_table)
     say("")
     say(occ_table)
     say("")
     say(ratio_table)
+    say(summary)
 
     out = Path(args.out) if args.out else ROOT / "results" / _slug(name)
     out.mkdir(parents=True, exist_ok=True)
@@ -331,7 +342,7 @@ def run_gpu(stage_list, args, argv) -> int:
         f"output poisoned with NaN, and checked against cuBLAS's product made after it; cuBLAS timed side by side "
         f"(runs interleaved with each kernel's), its product checked against float64 at sampled positions "
         f"(grader.kernels.timing).\n\n"
-        f"{perf_table}\n\n## Ratio to cuBLAS by shape\n\n{ratio_table}\n\n"
+        f"{perf_table}\n\n## Ratio to cuBLAS by shape\n\n{ratio_table}\n\n{summary}\n\n"
         f"## Occupancy (launch at 4096^3)\n\n{occ_table}\n")
     plotted = roofline(records, cublas_records, peak, bandwidth, out / "roofline.png", name)
     say(f"\nbench: wrote {out / 'bench.json'}, {out / 'bench.md'}" + (f", {plotted}" if plotted else ""))
@@ -363,6 +374,23 @@ def ratios_by_shape(records) -> str:
                      auto["build"] if auto else ""])
     return table(["shape", "cuBLAS GFLOPS", "fastest stage, ratio", "autotuned ratio", "autotuned GFLOPS",
                   "autotuned build"], rows)
+
+
+def autotuned_summary(records) -> str:
+    """The autotuned stage's ratios to cuBLAS over the shapes measured: their geometric mean and lowest
+    for the shapes of at least GOAL_SIZE in every dimension, and the lowest of the others."""
+    def ratios(large: bool) -> list[float]:
+        return [r["ratio"] for r in records if r["stage"] == "autotuned" and r["ratio"]
+                and (min(r["M"], r["N"], r["K"]) >= GOAL_SIZE) == large]
+    large, small = ratios(True), ratios(False)
+    lines = []
+    if large:
+        mean = float(np.exp(np.mean(np.log(large))))
+        lines.append(f"Autotuned, {len(large)} shapes of at least {GOAL_SIZE} in every dimension: geometric mean "
+                     f"{mean:.3f} x cuBLAS, lowest {min(large):.3f}.")
+    if small:
+        lines.append(f"Autotuned, {len(small)} smaller shapes: lowest {min(small):.3f} x cuBLAS.")
+    return "\n".join(lines)
 
 
 def replot(bench_json: Path) -> int:

@@ -54,8 +54,14 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(f"| {lab} | {r['score']:g} / {r['max']:g} | {r['seconds']:.1f} | {lost} |")
         print(rows[-1], flush=True)
     command = recorded_command("autograde-labs", sys.argv[1:] if argv is None else argv)
-    text = (f"# Autograde of every lab's reference submission\n\nCommand: `{command}`\n\n"
-            f"Backend: {current()}.\n\n" + "\n".join(rows) + "\n")
+    backend = current()
+    if backend.name == "gpu":
+        command = f"bash deploy/gpu-machine.sh && {command}"
+    text = (f"# Autograde of every lab's reference submission\n\n"
+            f"Command (from the repository root, with the course's `instructor` extra installed): `{command}`\n\n"
+            f"Backend: {backend}, {time.strftime('%Y-%m-%d')}. Each graded cell is graded from the notebook's "
+            "text in a sandboxed grading process; on a GPU every timed run of a performance check is on fresh "
+            "inputs and checked.\n\n" + "\n".join(rows) + "\n")
     print(text)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)

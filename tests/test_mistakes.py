@@ -261,6 +261,26 @@ def test_output_captured_by_several_checks_is_shown_once():
     assert report._repr_html_().count("unused variable") == 1
 
 
+def test_a_likely_cause_several_checks_meet_is_said_once():
+    cause = " (a missing bounds check, or an index or a loop bound that runs past the end of an array?)"
+    fault = "the kernel read memory outside the arrays{}: line 11, thread (0, 0, 0): out-of-bounds 4-byte read"
+    results = [CheckResult.make(name, False, f"{shape}: " + fault.format(cause))
+               for name, shape in (("races", "M=45 N=39 K=37"), ("coalescing", "M=96 N=64 K=48"))]
+    report = CheckReport("coalesced", results)
+    for shown in (report.text(), report._repr_html_()):
+        assert shown.count(cause.strip()) == 1 and shown.count("line 11, thread (0, 0, 0)") == 2, shown
+    assert report["coalescing"].message.count(cause) == 1       # each check's own message keeps it
+
+
+@pytest.mark.parametrize("file, exercise, cause", [
+    ("01/k_loop_to_n.cu", "coalesced", "a loop bound that runs past the end of an array?"),
+    ("08/stamp_not_written.cu", "sssp", "a stamp or last_round not written"),
+])
+def test_the_self_check_of_a_typical_mistake_fits_on_a_screen(file, exercise, cause):
+    text = grader.check(exercise, source(file), seed=1).text()
+    assert text.count(cause) == 1 and len(text.splitlines()) <= 40, text
+
+
 def test_a_pattern_is_suggested_only_where_it_is():
     rng = np.random.default_rng(0)
     want = rng.uniform(-1, 1, (40, 40)).astype(np.float32)

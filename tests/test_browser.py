@@ -1,15 +1,21 @@
-"""The student's experience of lab 1, in a real browser.
+"""The student's experience of the labs, in a real browser.
 
-The instructor's release copy of lab 1 (nbgrader generate_assignment in a
-temporary course directory) is opened in JupyterLab, served on 127.0.0.1 with
-GRADER_BACKEND=emulator, and driven through Debian's Chromium with Playwright,
-as a student would: every answer cell is filled in the notebook editor with
-the reference (taken at test time from the source notebook's solution
-regions), then Run > Run All Cells. The assertions read the rendered page:
-the naive kernel's self-check table says "passed" for correctness and races
-and "not graded: no GPU" for performance, and no cell shows stderr or a
-traceback. A screenshot of the self-check is written to
-results/tmp/browser/lab1-self-check.png.
+The student copies of the nine labs (`python -m grader student`: nbgrader
+generate_assignment in a temporary course directory) are opened in one
+JupyterLab, served on 127.0.0.1 with GRADER_BACKEND=emulator, and driven
+through Debian's Chromium with Playwright, as a student would.
+
+Lab 1 whole: every answer cell is filled in the notebook editor with the
+reference (taken at test time from the source notebook's solution regions),
+then Run > Run All Cells. The assertions read the rendered page: the naive
+kernel's self-check table says "passed" for correctness and races and "not
+graded: no GPU" for performance, and no cell shows stderr or a traceback. A
+screenshot of the self-check is written to results/tmp/browser/lab1-self-check.png.
+
+Each lab with a typical mistake (one page per lab): the setup cell runs, then
+one answer cell is filled with the reference edited as tests/test_mistakes.py
+edits it (a mistake of that catalogue) and run alone; its self-check must name
+the mistake (key words on the page) and show no traceback.
 
 How the cells are filled: each answer cell's editor (CodeMirror) is focused
 by a click, its text selected with Ctrl+A and replaced by the whole answer
@@ -26,6 +32,7 @@ nbgrader and JupyterLab. Without them the test is skipped, except in CI
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -43,6 +50,20 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 LAB, NB = "01-naive-coalesced", "naive-coalesced"
+LABS = sorted(p.parent.name for p in (REPO / "labs").glob("*/*.ipynb"))
+# Per lab: a mistake of tests/test_mistakes.py's EDITS, the exercise whose answer cell it goes into, and the
+# words of the diagnosis its self-check must show.
+TYPED_MISTAKES = {
+    "00-pycuda-by-hand": ("00/gflops_no_factor_2.py", "pycuda-gflops", "an FMA (multiply-add) is 2 FLOP"),
+    "01-naive-coalesced": ("01/rows_cols_swapped.cu", "coalesced", "which index does threadIdx.x move?"),
+    "02-smem-tiling": ("02/no_zero_fill.cu", "smem-tiling", "a load that does not fill with zeros past K?"),
+    "03-register-blocking": ("03/blocktile_1d_no_zero_fill.cu", "blocktile-1d", "not a multiple of BK = 8"),
+    "04-bank-conflicts": ("04/transpose_tile_not_swapped.cu", "transpose", "the same index order?"),
+    "05-float4-double-buffering": ("05/float4_always.cu", "vectorized", "K = 27 is not a multiple of 4"),
+    "06-warptiling-autotuning": ("06/warp_row_col_swapped.cu", "warptiling", "the warp's row and column swapped"),
+    "07-minimums": ("07/scalar_tail_skipped.cu", "top2", "the scalar tail not read?"),
+    "08-shortest-paths": ("08/bottom_halo_not_loaded.cu", "sssp", "a halo cell not loaded"),
+}
 
 pytestmark = pytest.mark.browser
 SHOT = REPO / "results" / "tmp" / "browser" / "lab1-self-check.png"
@@ -58,6 +79,7 @@ TOKEN = "sgemm-lab-browser-test"
 SERVER_START = 60
 PAGE_READY = 90
 RUN_ALL = 180
+RUN_CELL = 120              # one cell: the setup, or a self-check
 ACTION = 30                 # one click or keyboard action
 
 BEGIN = re.compile(r"^\s*(//|###)\s*BEGIN SOLUTION\s*$")
@@ -114,9 +136,14 @@ def _without_stubs(text: str) -> list[str]:
             if line.strip() not in STUB_LINES and not line.rstrip().endswith("= None  # YOUR ANSWER HERE")]
 
 
-def _answers() -> list[str]:
+def _notebook(lab: str) -> str:
+    """The name of a lab's notebook, without .ipynb."""
+    return next((REPO / "labs" / lab).glob("*.ipynb")).stem
+
+
+def _answers(lab: str = LAB) -> list[str]:
     """The source notebook's cells with solution regions, in order."""
-    nb = nbformat.read(str(REPO / "labs" / LAB / f"{NB}.ipynb"), as_version=4)
+    nb = nbformat.read(str(REPO / "labs" / lab / f"{_notebook(lab)}.ipynb"), as_version=4)
     return [c.source for c in nb.cells
             if c.cell_type == "code" and any(BEGIN.match(line) for line in c.source.split("\n"))]
 
@@ -125,13 +152,14 @@ def _answers() -> list[str]:
 
 @pytest.fixture(scope="module")
 def release(requirements, tmp_path_factory) -> Path:
-    """The student copy of lab 1, made as the README tells a student (`python -m grader student`)."""
+    """The student copies of every lab, made as the README tells a student (`python -m grader student`)."""
     from grader.course.student import make_copy
     folder = tmp_path_factory.mktemp("student")
-    make_copy(LAB, folder)
-    text = (folder / LAB / f"{NB}.ipynb").read_text()
-    assert "YOUR CODE HERE" in text and "BEGIN SOLUTION" not in text
-    return folder / LAB
+    for lab in LABS:
+        make_copy(lab, folder)
+        text = (folder / lab / f"{_notebook(lab)}.ipynb").read_text()
+        assert "YOUR CODE HERE" in text and "BEGIN SOLUTION" not in text
+    return folder
 
 
 def _free_port() -> int:
@@ -241,7 +269,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def page(lab_server, tmp_path_factory):
+def browser(lab_server, tmp_path_factory):
     from playwright.sync_api import sync_playwright
     executable = CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")
     with sync_playwright() as p:
@@ -249,9 +277,26 @@ def page(lab_server, tmp_path_factory):
             str(tmp_path_factory.mktemp("chromium-profile")), executable_path=executable, headless=True,
             args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000})
         try:
-            yield context.pages[0] if context.pages else context.new_page()
+            yield context
         finally:
             context.close()
+
+
+@pytest.fixture
+def page(browser, lab_server):
+    """A page of its own for one test; its notebook's kernel shut down after it (two cores)."""
+    page = browser.new_page()
+    try:
+        yield page
+    finally:
+        page.close()
+        url, _ = lab_server
+        with urllib.request.urlopen(f"{url}/api/sessions?token={TOKEN}", timeout=10) as r:
+            sessions = json.load(r)
+        for session in sessions:
+            request = urllib.request.Request(f"{url}/api/sessions/{session['id']}?token={TOKEN}", method="DELETE")
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(request, timeout=30).close()
 
 
 # -- the page, read through the DOM
@@ -278,9 +323,9 @@ TABLES = """() => [...document.querySelectorAll('.jp-Notebook .sgemm-grader')].m
 }))"""
 
 
-def _code_cells(folder: Path) -> int:
+def _code_cells(notebook: Path) -> int:
     """How many code cells the student copy has (what the page must show)."""
-    nb = nbformat.read(str(folder / f"{NB}.ipynb"), as_version=4)
+    nb = nbformat.read(str(notebook), as_version=4)
     return sum(c.cell_type == "code" for c in nb.cells)
 
 
@@ -310,19 +355,26 @@ def test_student_runs_lab1_in_jupyterlab(page, lab_server, release):
         raise
 
 
-def _student_session(page, url, server_log, release):
-    t0 = time.monotonic()
-    ready_by = t0 + PAGE_READY            # one bound for opening the notebook, all steps together
+def _open(page, url: str, notebook: Path, lab: str):
+    """Open a lab's notebook; (its code cells, how many) once the kernel is idle and every editor rendered."""
+    ready_by = time.monotonic() + PAGE_READY      # one bound for opening the notebook, all steps together
     page.set_default_timeout(ACTION * 1000)
-    page.goto(f"{url}/lab/tree/{NB}.ipynb?token={TOKEN}", wait_until="domcontentloaded",
+    # A workspace of its own: the layout JupyterLab saved for another notebook does not open it again.
+    page.goto(f"{url}/lab/workspaces/{lab}/tree/{lab}/{notebook.name}?token={TOKEN}", wait_until="domcontentloaded",
               timeout=PAGE_READY * 1000)
     code_cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-CodeCell")
     code_cells.first.wait_for(state="visible", timeout=max(1, ready_by - time.monotonic()) * 1000)
     _wait(page, lambda s: s["kernel"] == "idle", ready_by - time.monotonic(),
           "the kernel starts (execution indicator idle)")
-    n = _code_cells(release)
+    n = _code_cells(notebook)
     _wait(page, lambda s: s == [True] * n, ready_by - time.monotonic(), f"the {n} code cells' editors render",
           state=EDITORS)
+    return code_cells, n
+
+
+def _student_session(page, url, server_log, release):
+    t0 = time.monotonic()
+    code_cells, n = _open(page, url, release / LAB / f"{NB}.ipynb", LAB)
     print(f"JupyterLab open, kernel idle after {time.monotonic() - t0:.1f} s")
 
     # -- fill every answer cell in the editor, as a student would
@@ -389,3 +441,70 @@ def _student_session(page, url, server_log, release):
     cell.screenshot(path=str(SHOT))          # the self-check cell: its code and the table
     print(f"screenshot: {SHOT}")
     print(f"the whole student session took {time.monotonic() - t0:.1f} s")
+
+
+# -- each lab with a typical mistake typed into one answer cell
+
+OUTPUT_TEXT = """cell => [...cell.querySelectorAll('.jp-OutputArea-output')].map(o => o.textContent).join('\\n')"""
+
+
+def _typed_answer(lab: str, mistake: str, exercise: str) -> str:
+    """The answer cell of `exercise`, filled with the reference and edited as the mistake edits it."""
+    from test_mistakes import EDITS
+    call = f'grader.check("{exercise}"'
+    cell = next(c for c in _answers(lab) if call in c)
+    text = _filled(cell)
+    for old, new in EDITS[mistake][1:]:
+        assert old and old in text, f"{mistake}: {old!r} is not in the answer cell of {exercise}"
+        text = text.replace(old, new, 1)
+    return text
+
+
+def _run_cell(page, cell, prompt: int, what: str) -> None:
+    """Run one cell (selected by a click on its prompt, then Run > Run Selected Cell: a key press can reach the
+    page before the editor has the focus) and wait for its prompt to read [prompt] and the kernel idle."""
+    cell.locator(".jp-InputPrompt").click()
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-item:visible", has_text=re.compile(r"^Run Selected Cell")).first.click()
+    cell.locator(".jp-InputArea-prompt", has_text=f"[{prompt}]").wait_for(timeout=RUN_CELL * 1000)
+    _wait(page, lambda s: s["kernel"] == "idle", RUN_CELL, f"{what} runs (kernel idle)")
+
+
+@pytest.mark.parametrize("lab", LABS)
+def test_a_typed_mistake_gets_its_diagnosis_on_the_page(page, lab_server, release, lab):
+    shot = SHOT.with_name(f"{lab}-mistake-failed.png")
+    shot.unlink(missing_ok=True)
+    try:
+        _typed_mistake_session(page, lab_server, release, lab)
+    except BaseException:
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(Exception):       # the browser may be gone: the failure itself matters
+            page.screenshot(path=str(shot))
+        raise
+
+
+def _typed_mistake_session(page, lab_server, release, lab):
+    mistake, exercise, words = TYPED_MISTAKES[lab]
+    url, server_log = lab_server
+    t0 = time.monotonic()
+    notebook = release / lab / f"{_notebook(lab)}.ipynb"
+    code_cells, n = _open(page, url, notebook, lab)
+    # The cells' text from the file: an editor renders only the lines in view (every cell is in the DOM).
+    texts = [c.source for c in nbformat.read(str(notebook), as_version=4).cells if c.cell_type == "code"]
+    setup = next(i for i, t in enumerate(texts) if "grader.use_backend()" in t)
+    target = next(i for i, t in enumerate(texts) if f'grader.check("{exercise}"' in t)
+    _run_cell(page, code_cells.nth(setup), 1, "the setup cell")
+    cell = code_cells.nth(target)
+    cell.locator(".cm-content").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(_typed_answer(lab, mistake, exercise))     # the words below show it arrived whole
+    page.keyboard.press("Escape")              # back to command mode
+    try:
+        _run_cell(page, cell, 2, f"the self-check of {exercise}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- JupyterLab's log ---\n{server_log()}") from None
+    shown = cell.evaluate(OUTPUT_TEXT)
+    state = page.evaluate(CELL_STATE)
+    assert not state["stderr"], "cells show stderr or a traceback:\n" + "\n---\n".join(state["stderr"])
+    assert words in shown, f"{lab}, {mistake}: {words!r} is not in the self-check's output:\n{shown}"
+    print(f"{lab}: {mistake} diagnosed on the page after {time.monotonic() - t0:.1f} s")

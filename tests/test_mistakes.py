@@ -24,6 +24,14 @@ AS_STRIDE = "#define AS_STRIDE (BM + 4)             // floats per row of As: 4 (
 # Each mistake: its reference (a kernel of solutions/, or a lab's answer in its source notebook: (lab, exercise))
 # and the edits (as written there, as the mistake writes it).
 MATMUL = ("00-pycuda-by-hand", "pycuda-matmul")
+GFLOPS = ("00-pycuda-by-hand", "pycuda-gflops")
+TIMING = ("00-pycuda-by-hand", "pycuda-timing")
+MINIMUMS = ("07-minimums", "minimums-host")
+COALESCED, SMEM, BLOCKTILE_1D = SOLUTIONS / "coalesced.cu", SOLUTIONS / "smem-tiling.cu", SOLUTIONS / "blocktile-1d.cu"
+VECTORIZED, DOUBLE_BUFFERING = SOLUTIONS / "vectorized.cu", SOLUTIONS / "double-buffering.cu"
+TOP2, SSSP = SOLUTIONS / "top2.cu", SOLUTIONS / "sssp.cu"
+SMEM_LOADS = ("As[ty][tx] = (row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f;",
+              "Bs[ty][tx] = (k0 + ty < K && col < N) ? B[(k0 + ty) * N + col] : 0.0f;")
 EDITS = {
     "00/b_not_converted.py": (MATMUL, ("    B = np.ascontiguousarray(B, dtype=np.float32)\n", "")),
     "00/block_grid_swapped.py": (MATMUL, ("block=block, grid=grid)", "block=grid, grid=block)")),
@@ -42,6 +50,42 @@ EDITS = {
     "04/as_stride_plus_1.cu": (SOLUTIONS / "bank-conflict-free.cu", (AS_STRIDE, "#define AS_STRIDE (BM + 1)")),
     "04/as_stride_unpadded.cu": (SOLUTIONS / "bank-conflict-free.cu", (AS_STRIDE, "#define AS_STRIDE BM")),
     "04/transpose_tile_not_swapped.cu": (SOLUTIONS / "transpose.cu", ("= tile[tx][ty];", "= tile[ty][tx];")),
+    "00/gflops_no_factor_2.py": (GFLOPS, ("return 2 * M * N * K / seconds", "return M * N * K / seconds")),
+    "00/timing_not_synchronised.py": (TIMING, ("        end.synchronize()\n", "")),
+    "01/rows_cols_swapped.cu": (COALESCED, (
+        "    const int col = blockIdx.x * blockDim.x + threadIdx.x;\n    const int row = blockIdx.y * blockDim.y + threadIdx.y;",
+        "    const int row = blockIdx.x * blockDim.x + threadIdx.x;\n    const int col = blockIdx.y * blockDim.y + threadIdx.y;")),
+    "01/k_loop_to_n.cu": (COALESCED, ("for (int k = 0; k < K; ++k)", "for (int k = 0; k < N; ++k)")),
+    "01/a_row_stride_n.cu": (COALESCED, ("A[row * K + k]", "A[row * N + k]")),
+    "02/no_sync_after_loads.cu": (SMEM, ("        __syncthreads();\n        for", "        for")),
+    "02/no_sync_after_products.cu": (SMEM, ("Bs[k][tx];\n        __syncthreads();", "Bs[k][tx];")),
+    "02/no_zero_fill.cu": (SMEM, (SMEM_LOADS[0], "if (row < M && k0 + tx < K) As[ty][tx] = A[row * K + k0 + tx];"),
+                           (SMEM_LOADS[1], "if (k0 + ty < K && col < N) Bs[ty][tx] = B[(k0 + ty) * N + col];")),
+    "02/tile_loop_to_n.cu": (SMEM, ("k0 < K; k0 += TILE", "k0 < N; k0 += TILE")),
+    "03/blocktile_1d_no_zero_fill.cu": (BLOCKTILE_1D, (
+        "As[r][c] = (gr < M && gc < K) ? A[gr * K + gc] : 0.0f;", "if (gr < M && gc < K) As[r][c] = A[gr * K + gc];"), (
+        "Bs[r][c] = (gr < K && gc < N) ? B[gr * N + gc] : 0.0f;", "if (gr < K && gc < N) Bs[r][c] = B[gr * N + gc];")),
+    "03/blocktile_1d_last_tile_left_out.cu": (BLOCKTILE_1D, ("k0 < K; k0 += BK", "k0 < K - BK; k0 += BK")),
+    "05/float4_always.cu": (VECTORIZED, ("const bool vec = ((K | N) & 3) == 0 &&", "const bool vec = true ||")),
+    "05/float4_b_unguarded.cu": (VECTORIZED, ("if (gr < K && gc < N) b = *reinterpret_cast", "b = *reinterpret_cast")),
+    "05/store_into_buffer_read.cu": (DOUBLE_BUFFERING, ("store_shared(ra, rb, As[(t + 1) % 2], Bs[(t + 1) % 2]);",
+                                                        "store_shared(ra, rb, As[t % 2], Bs[t % 2]);")),
+    "05/buffer_not_toggled.cu": (DOUBLE_BUFFERING, ("compute_tile(As[t % 2], Bs[t % 2],", "compute_tile(As[0], Bs[0],")),
+    "05/no_sync_per_step.cu": (DOUBLE_BUFFERING, ("Bs[(t + 1) % 2]);\n        __syncthreads();", "Bs[(t + 1) % 2]);")),
+    "06/warp_row_col_swapped.cu": (SOLUTIONS / "warptiling.cu", (
+        "warpRow = warp / (BN / WN), warpCol = warp % (BN / WN);", "warpRow = warp % (BN / WN), warpCol = warp / (BN / WN);")),
+    "07/no_sync_before_block_merge.cu": (TOP2, ("s2[warp] = k2; }\n    __syncthreads();", "s2[warp] = k2; }")),
+    "07/scalar_tail_skipped.cu": (TOP2, ("    for (int i = 4 * n4 + first; i < n; i += stride)\n"
+                                         "        insert(make_key(x[i], i), k1, k2);\n", "")),
+    "07/old_minimum_not_offered.cu": (TOP2, ("            atomicMin(&out[1], old > k1 ? old : k1);\n", "")),
+    "07/host_copies_c_back.py": (MINIMUMS, ("    k1, k2 = top2.top2_keys(top2_kernel, c, M * N)\n",
+                                            "    C = np.empty((M, N), np.float32)\n    drv.memcpy_dtoh(C, c)\n"
+                                            "    k1, k2 = top2.top2_keys(top2_kernel, c, M * N)\n")),
+    "08/no_sync_after_loads.cu": (SSSP, ("    __syncthreads();\n\n    // Relax", "\n    // Relax")),
+    "08/bottom_halo_not_loaded.cu": (SSSP, (
+        "    if (ty == TILE - 1) d[TILE + 1][tx + 1] = (row + 1 < M && col < N) ? dist[(row + 1) * N + col] : INF;\n", "")),
+    "08/stamp_not_written.cu": (SSSP, ("            stamp[by * tilesX + bx] = round;\n", "")),
+    "08/every_tile_skipped.cu": (SSSP, ("if (recent < round - 1)", "if (recent < round)")),
     "06/bk_literal.cu": (SOLUTIONS / "warptiling.cu", ("    for (int k = 0; k < BK; ++k) {",
                                                       "    for (int k = 0; k < 8; ++k) {")),
     "06/lane_layout_literal.cu": (SOLUTIONS / "warptiling.cu", (
@@ -113,6 +157,71 @@ CASES = [
             said_once=("mirrors inside their 32 x 32 tile", "same index order")),
     Mistake("03/mapping_1d.cu", "blocktile-2d", "races", NOT_GRADED,
             said_once=("never written", "credited"), never=("race(s)",)),
+    Mistake("00/gflops_no_factor_2.py", "pycuda-gflops", "gflops-formula", FAILED,
+            said_once=("an FMA (multiply-add) is 2 FLOP",), never=("5286",)),      # never the 4096 question's answer
+    Mistake("00/timing_not_synchronised.py", "pycuda-timing", "timing-form", FAILED,
+            said_once=("call end.synchronize() before end.time_since(start)",)),
+    Mistake("01/rows_cols_swapped.cu", "coalesced", "correctness", FAILED,
+            said_once=("M=17 N=33 K=9: 17 of 561", "column 32 of C were never written", "a thread mapping that leaves them out?")),
+    Mistake("01/rows_cols_swapped.cu", "coalesced", "coalescing", FAILED,
+            said_once=("load from A: 32 sectors per warp request", "which index does threadIdx.x move?")),
+    Mistake("01/k_loop_to_n.cu", "coalesced", "races", FAILED,
+            said_once=("line 11", "past the end of argument 4", "a loop bound that runs past the end of an array?"),
+            never=("a missing bounds check?",)),
+    Mistake("01/a_row_stride_n.cu", "coalesced", "races", FAILED,
+            said_once=("line 11", "past the end of argument 3", "an index or a loop bound"),
+            never=("a missing bounds check?",)),
+    Mistake("02/no_sync_after_loads.cu", "smem-tiling", "races", FAILED,
+            said_once=("line 25 (thread (1, 0, 0))", "a missing __syncthreads()?")),
+    Mistake("02/no_sync_after_products.cu", "smem-tiling", "races", FAILED,
+            said_once=("line 22 (thread (0, 0, 0)) and line 26 (thread (1, 0, 0))", "a missing __syncthreads()?")),
+    Mistake("02/no_zero_fill.cu", "smem-tiling", "correctness", FAILED,
+            said_once=("shared memory read before it is written", "not a multiple of BK = 32",
+                       "right on M=256 N=384 K=128", "a load that does not fill with zeros past K?")),
+    Mistake("02/tile_loop_to_n.cu", "smem-tiling", "correctness", FAILED,
+            said_once=("M=130 N=67 K=250: 8703 of 8710", "the sum over k = 0..95 only (K = 250)",
+                       "the loop over k stops early")),
+    Mistake("03/blocktile_1d_no_zero_fill.cu", "blocktile-1d", "correctness", FAILED,
+            said_once=("not a multiple of BK = 8", "a load that does not fill with zeros past K?")),
+    Mistake("03/blocktile_1d_last_tile_left_out.cu", "blocktile-1d", "correctness", FAILED,
+            said_once=("the sum over k = 0..7 only (K = 9)", "the last, partial tile of K included?"),
+            never=("a bound of M or N",)),
+    Mistake("05/float4_always.cu", "vectorized", "alignment", FAILED,
+            said_once=("K = 27 is not a multiple of 4", "C starts 4 bytes past a 16-byte boundary",
+                       "take it only when K % 4 == 0")),
+    Mistake("05/float4_always.cu", "vectorized", "correctness", FAILED,
+            said_once=("line 52", "breaks a vector access's alignment")),
+    Mistake("05/float4_b_unguarded.cu", "vectorized", "alignment", FAILED,
+            said_once=("M=67 N=68 K=28, A, B, C 16-byte aligned: the kernel read memory outside the arrays",
+                       "line 61", "16-byte read")),
+    Mistake("05/store_into_buffer_read.cu", "double-buffering", "races", FAILED,
+            said_once=("M=36 N=40 K=20", "the next tile stored into the buffer being read")),
+    Mistake("05/buffer_not_toggled.cu", "double-buffering", "races", FAILED,
+            said_once=("the next tile stored into the buffer being read",)),
+    Mistake("05/no_sync_per_step.cu", "double-buffering", "alignment", FAILED,
+            said_once=("wrong in 7 of 7 cases", "shared memory read before it is written")),
+    Mistake("06/warp_row_col_swapped.cu", "warptiling", "bank-conflicts-configs", FAILED,
+            said_once=("form 2 row(s) of 4", "the warp's row and column swapped"), never=("written as a number",)),
+    Mistake("07/no_sync_before_block_merge.cu", "top2", "top2-races", FAILED,
+            said_once=("line 88 (thread (1, 0, 0)) and line 85", "a missing __syncthreads() between the warps' writes")),
+    Mistake("07/no_sync_before_block_merge.cu", "top2", "top2-exact", FAILED, never=("second place", "not read?")),
+    Mistake("07/scalar_tail_skipped.cu", "top2", "top2-exact", FAILED,
+            said_once=("1 x 2: no minimum was written", "the scalar tail not read?")),
+    Mistake("07/old_minimum_not_offered.cu", "top2", "top2-exact", FAILED,
+            said_once=("the minimum is right, the second larger", "must still be offered to the second")),
+    Mistake("07/host_copies_c_back.py", "minimums-host", "host-transfers", FAILED,
+            said_once=("M=131 N=77 K=45: 40364 bytes", "the reduction must run on the GPU")),
+    Mistake("08/no_sync_after_loads.cu", "sssp", "sssp-races", FAILED,
+            said_once=("between loading the tile and relaxing it",)),
+    Mistake("08/bottom_halo_not_loaded.cu", "sssp", "sssp-distances", FAILED,
+            said_once=("lie on the edges of 32 x 32 tiles", "a halo cell not loaded"),
+            never=("a sweep too few",)),
+    Mistake("08/stamp_not_written.cu", "sssp", "sssp-distances", FAILED,
+            said_once=("a stamp or last_round not written",), never=("a sweep too few",)),
+    Mistake("08/every_tile_skipped.cu", "sssp", "sssp-distances", FAILED,
+            said_once=("every distance but the source's is still +inf",)),
+    Mistake("08/every_tile_skipped.cu", "sssp", "sssp-path", FAILED,
+            said_once=("M=1 N=2 K=4, M=1 N=70 K=8", "no path came back")),
     Mistake("06/no_fragment_reload.cu", "warptiling", "bank-conflicts-configs", FAILED,
             never=("written as a number", "belongs")),
     Mistake("06/bk_literal.cu", "warptiling", "bank-conflicts-configs", FAILED,
@@ -150,6 +259,26 @@ def test_output_captured_by_several_checks_is_shown_once():
     report = CheckReport("smem-tiling", results)
     assert report.text().count("unused variable") == 1
     assert report._repr_html_().count("unused variable") == 1
+
+
+def test_a_likely_cause_several_checks_meet_is_said_once():
+    cause = " (a missing bounds check, or an index or a loop bound that runs past the end of an array?)"
+    fault = "the kernel read memory outside the arrays{}: line 11, thread (0, 0, 0): out-of-bounds 4-byte read"
+    results = [CheckResult.make(name, False, f"{shape}: " + fault.format(cause))
+               for name, shape in (("races", "M=45 N=39 K=37"), ("coalescing", "M=96 N=64 K=48"))]
+    report = CheckReport("coalesced", results)
+    for shown in (report.text(), report._repr_html_()):
+        assert shown.count(cause.strip()) == 1 and shown.count("line 11, thread (0, 0, 0)") == 2, shown
+    assert report["coalescing"].message.count(cause) == 1       # each check's own message keeps it
+
+
+@pytest.mark.parametrize("file, exercise, cause", [
+    ("01/k_loop_to_n.cu", "coalesced", "a loop bound that runs past the end of an array?"),
+    ("08/stamp_not_written.cu", "sssp", "a stamp or last_round not written"),
+])
+def test_the_self_check_of_a_typical_mistake_fits_on_a_screen(file, exercise, cause):
+    text = grader.check(exercise, source(file), seed=1).text()
+    assert text.count(cause) == 1 and len(text.splitlines()) <= 40, text
 
 
 def test_a_pattern_is_suggested_only_where_it_is():

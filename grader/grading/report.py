@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html as _html
 import io
+import re
 from dataclasses import asdict, dataclass, field
 
 PASSED, FAILED, NOT_GRADED = "passed", "failed", "not graded"
@@ -64,11 +65,11 @@ class CheckResult:
         """passed with full points, or failed with none."""
         return cls(name, PASSED if ok else FAILED, message, points=1.0 if ok else 0.0, **kw)
 
-    def text(self, output: bool = True) -> str:
-        """The result as text; `output`: with the captured output."""
+    def text(self, output: bool = True, message: str | None = None) -> str:
+        """The result as text; `output`: with the captured output; `message`: in place of its own."""
         mark = {PASSED: "PASS", FAILED: "FAIL", NOT_GRADED: "----", GRADER_ERROR: "ERR!"}[self.status]
         head = f"[{mark}] {self.name}: {self.status}"
-        body = "\n".join("    " + line for line in self.message.splitlines())
+        body = "\n".join("    " + line for line in (self.message if message is None else message).splitlines())
         out = head + ("\n" + body if body else "")
         if output and self.output.strip():
             out += "\n    captured output:\n" + "\n".join("      " + ln for ln in self.output.strip().splitlines()[:40])
@@ -147,7 +148,8 @@ class CheckReport:
         if self.seed is not None:
             head += f", random seed {self.seed}"
         shown = _first_outputs(self.results)
-        return "\n".join([head] + [r.text(output=i in shown) for i, r in enumerate(self.results)])
+        return "\n".join([head] + [r.text(output=i in shown, message=m)
+                                  for i, (r, m) in enumerate(zip(self.results, _asides_once(self.results)))])
 
     def __str__(self) -> str:
         return self.text()
@@ -159,9 +161,9 @@ class CheckReport:
         e = _html.escape
         rows = []
         shown = _first_outputs(self.results)
-        for i, r in enumerate(self.results):
+        for i, (r, message) in enumerate(zip(self.results, _asides_once(self.results))):
             color = _COLORS[r.status]
-            msg = e(r.message).replace("\n", "<br>")
+            msg = e(message).replace("\n", "<br>")
             extra = r.html or ""
             if r.figure:
                 extra += f'<br><img alt="{e(r.name)}" src="data:image/png;base64,{r.figure}">'
@@ -179,6 +181,22 @@ class CheckReport:
                 '<table><thead><tr><th style="text-align:left">check</th><th style="text-align:left">status'
                 '</th><th style="text-align:left">diagnosis</th></tr></thead><tbody>'
                 + "".join(rows) + "</tbody></table></div>")
+
+
+# A parenthesis of a diagnosis long enough to be a hint or an explanation, not a value: "(a missing bounds check?)".
+_ASIDE = re.compile(r" \([^()\n]{24,}\)")
+
+
+def _asides_once(results: list[CheckResult]) -> list[str]:
+    """The messages, each long parenthesis said in an earlier check's message left out (a fault that several
+    checks meet has its likely cause said once)."""
+    said: set[str] = set()
+    messages = []
+    for r in results:
+        asides = set(_ASIDE.findall(r.message))
+        messages.append(_ASIDE.sub(lambda m: "" if m.group(0) in said else m.group(0), r.message))
+        said |= asides
+    return messages
 
 
 def _first_outputs(results: list[CheckResult]) -> set[int]:

@@ -25,9 +25,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from grader.grading.checks import emulator_tools as analysis
+from grader.grading.checks import wrong_patterns
 from grader.grading.checks.common import (
     GUARD_BITS,
     does_not_compile,
+    fault_cause,
     launch_budget,
     launch_errors,
     launch_failure,
@@ -140,8 +142,9 @@ def collect_case(driver, function, stage, case: Case, rng, index: int) -> tuple[
     return data, host
 
 
-def judge_case(case: Case, data: dict, host, rng) -> tuple[list[str], bool]:
-    """(what went wrong in one case (nothing: []), whether an access of A, B or C was misaligned)."""
+def judge_case(case: Case, data: dict, host, rng, said: set) -> tuple[list[str], bool]:
+    """(what went wrong in one case (nothing: []), whether an access of A, B or C was misaligned); a likely
+    cause is said once per check (`said`: the causes said so far, this case's added)."""
     M, N, K = case.M, case.N, case.K
     A, B = sgemm.random_inputs(M, N, K, rng)
     buffers = {p: tuple(v) for p, v in data.get("buffers", {}).items()}
@@ -157,7 +160,8 @@ def judge_case(case: Case, data: dict, host, rng) -> tuple[list[str], bool]:
                             "16-byte (this check credits a kernel whose aligned loads of A and B are float4)")
     if findings:
         described = [describe_finding(case, f, buffers) for f in findings[:2]]
-        problems += [text for text, _ in described]
+        problems += [text if m else "".join(wrong_patterns.once([(fault_cause(text), f"{fault_cause(text)}: ")],
+                                                                said)) + text for text, m in described]
         misaligned = any(m for _, m in described)
         if len(findings) > 2:
             problems.append(f"and {len(findings) - 2} more")
@@ -176,8 +180,9 @@ def judge_case(case: Case, data: dict, host, rng) -> tuple[list[str], bool]:
     cmp = sgemm.compare(C, A, B)
     if not cmp.ok:
         r, col, want, got = cmp.first
+        nan = sgemm.nan_hint(C[r, col])
         problems.append(f"{cmp.wrong} of {M * N} elements wrong; first at row {r}, column {col}: expected "
-                        f"{want:.6g}, got {got:.6g}" + sgemm.nan_hint(C[r, col]))
+                        f"{want:.6g}, got {got:.6g}" + "".join(wrong_patterns.once([nan and (nan, nan)], said)))
     return problems, misaligned
 
 
@@ -207,10 +212,10 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         return does_not_compile(NAME, meta["compile_error"], seed)
     rng = np.random.default_rng(seed)
     collected = list(meta.get("cases", []))
-    lines, failed, misaligned = [], 0, False
+    lines, failed, misaligned, said = [], 0, False, set()
     for i, case in enumerate(CASES):
         if i < len(collected):
-            problems, m = judge_case(case, collected[i], arrays.get(f"C{i}"), rng)
+            problems, m = judge_case(case, collected[i], arrays.get(f"C{i}"), rng, said)
         else:
             problems, m = ["the grading process returned nothing for this case"], False
         failed += bool(problems)

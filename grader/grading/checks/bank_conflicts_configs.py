@@ -96,9 +96,24 @@ def _defines(d: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in d.items())
 
 
-def _suspects(failed: list[dict], passed: list[dict]) -> str:
+UNWRITTEN = "C not written everywhere"     # a mark in `said`, never said itself
+
+
+def _warp_grid(d: dict) -> tuple[int, int]:
+    """(rows, columns) of warps in a block of this configuration."""
+    return int(d["BM"]) // int(d["WM"]), int(d["BN"]) // int(d["WN"])
+
+
+def _suspects(failed: list[dict], passed: list[dict], unwritten: bool) -> str:
     """A likely cause, only where the configurations show it: the tile parameters in which every failing
-    configuration differs from every passing one."""
+    configuration differs from every passing one; with parts of C never written (`unwritten`), a warp grid
+    that is square in every passing configuration and not in any failing one."""
+    if unwritten and passed and all("WM" in d and "WN" in d for d in failed + passed) and \
+            all(_warp_grid(d)[0] != _warp_grid(d)[1] for d in failed) and \
+            all(_warp_grid(d)[0] == _warp_grid(d)[1] for d in passed):
+        rows, cols = _warp_grid(failed[0])
+        return (f" - it passes where a block's warps form a square grid (BM / WM = BN / WN) and fails where they "
+                f"form {rows} row(s) of {cols}: the warp's row and column swapped (the row is warp / (BN / WN))?")
     params = [p for p in failed[0] if passed and all(f[p] not in {q[p] for q in passed} for f in failed)]
     if not params:
         return ""
@@ -169,6 +184,8 @@ def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict,
         if len(before) or len(after):
             problems.append(f"wrote outside C ({len(before)} float(s) before it, {len(after)} after its end)")
         cmp = sgemm.compare(C, A, B)
+        if sgemm.never_written(C).any():
+            said.add(UNWRITTEN)
         if not cmp.ok:
             r, c, want, got = cmp.first
             nan = sgemm.nan_hint(C[r, c])
@@ -232,7 +249,7 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
                 f"(the stage's own is {own}; random seed {seed})")
     else:
         head = (f"wrong or bank-conflicting with {'; '.join(_defines(d) for d in failed)} (the stage's own "
-                f"configuration is {own}){_suspects(failed, passed)} (random seed {seed})")
+                f"configuration is {own}){_suspects(failed, passed, UNWRITTEN in said)} (random seed {seed})")
     return CheckResult.make(NAME, ok_all, head + "\n" + "\n".join(lines), html=html, details={"seed": seed})
 
 

@@ -10,6 +10,7 @@ student's code does.
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import time
 
@@ -212,7 +213,7 @@ def launch_failure(driver, e: Exception) -> str:
     if isinstance(e, getattr(driver, "LaunchError", ())) or kind is not None:
         why = {"deadlock": "the threads of a block deadlocked (a __syncthreads() that not every thread reaches?)",
                "timeout": f"{DID_NOT_FINISH}: {_budget_text or 'it ran past its time limit'}",
-               "fault": _fault_cause(str(e)),
+               "fault": fault_cause(str(e)),
                "trap": "the kernel trapped (assert or __trap)"}.get(kind, "the launch failed")
         return f"{why}: {e}"
     text = str(e)
@@ -225,7 +226,7 @@ def launch_failure(driver, e: Exception) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def _fault_cause(text: str) -> str:
+def fault_cause(text: str) -> str:
     """What an emulated fault's message says happened, in a student's words."""
     if "misaligned" in text:
         return "the kernel faulted (a row length or an offset that breaks a vector access's alignment?)"
@@ -233,6 +234,10 @@ def _fault_cause(text: str) -> str:
         return "the kernel faulted (an index past the end of a shared array?)"
     if "stack overflow" in text or "arithmetic fault" in text or "illegal instruction" in text:
         return "the kernel faulted"
+    if re.search(r"out-of-bounds \d+-byte (global )?read", text):
+        # A read past an input's end is as often an index or a loop bound (K where N belongs) as a missing check.
+        return ("the kernel read memory outside the arrays (a missing bounds check, or an index or a loop bound "
+                "that runs past the end of an array?)")
     return "the kernel read or wrote memory outside the arrays (a missing bounds check?)"
 
 

@@ -118,6 +118,7 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     lines, figure = [], None
     failed: dict[str, list[str]] = {}      # a launch failure: the shapes it happened on
     said: set[str] = set()                 # what the wrong elements suggest, said for the first shape it fits
+    wrong: list[bool] = []                 # per shape judged: whether C is wrong
     ok_all = True
     stopped = False
     ran = list(meta.get("shapes", []))
@@ -151,18 +152,23 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             bad = sgemm.wrong_elements(C, A, B)[0]
             nan = sgemm.nan_hint(C[r, c])
             hints = wrong_patterns.once([nan and (nan, nan), wrong_patterns.partial_tiles_only(bad, _tile(ctx.stage)),
-                                         wrong_patterns.unwritten_rectangle(C, bad)], said)
+                                         wrong_patterns.unwritten_rectangle(C, bad),
+                                         wrong_patterns.sum_stops_early(C, A, B, bad)], said)
             problems.append(f"{cmp.wrong} of {M * N} elements wrong; first at row {r}, column {c}: "
                             f"expected {want:.6g}, got {got:.6g}"
                             + "".join(h if h.startswith(" (") else f" - {h}" for h in hints))
             if cmp.wrong >= HEATMAP_FROM and figure is None:
                 figure = heatmap(bad, f"wrong elements, {shape}")
+        wrong.append(bool(problems))
         if problems:
             ok_all = False
             lines.append(f"{shape}: " + "; ".join(problems))
         else:
             lines.append(f"{shape}: all {M * N} elements correct")
     lines = [f"{', '.join(failed[line])}: {line}" if line in failed else line for line in lines]
+    depth = ctx.stage.defines.get("BK", ctx.stage.defines.get("TILE"))
+    if depth and not failed and not said & {"partial tiles", "sum stops early"} and len(wrong) == len(shapes(gpu)):
+        lines += [h for h in [wrong_patterns.partial_k_tiles(shapes(gpu), wrong, int(depth))] if h]
     head = (f"correct on all {len(shapes(gpu))} shapes" if ok_all else "wrong") + \
         f" (random seed {seed}; tolerance 2 K eps sum|a b| per element against float64)"
     details = {"seed": seed, **({"did_not_finish": True} if stopped else {})}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from grader.grading.checks import emulator_tools as analysis
-from grader.grading.checks import host_calls
+from grader.grading.checks import host_calls, wrong_patterns
 from grader.grading.checks.common import (
     does_not_compile,
     launch_budget,
@@ -95,6 +95,31 @@ def compare(got: tuple[int, int], x: np.ndarray, what: str) -> str | None:
     return None
 
 
+def _want_keys(x: np.ndarray) -> list[int]:
+    N = x.shape[1]
+    return [int(np.float32(v).view(np.uint32)) << 32 | (r * N + c) for v, r, c in top2.reference_top2(x, N)]
+
+
+def tail_unread(got: tuple[int, int], x: np.ndarray) -> tuple[str, str] | None:
+    """Every minimum missing from the keys lies in the scalar tail (the last n % 4 elements)."""
+    missed = [k for k in _want_keys(x) if k not in got]
+    if not missed or any((k & 0xFFFFFFFF) < 4 * (x.size // 4) for k in missed):
+        return None
+    return "tail", (f"the missing minimum lies in the last {x.size % 4} element(s), after the float4 body: the "
+                    "scalar tail not read?")
+
+
+def second_lost(got: tuple[int, int], x: np.ndarray) -> bool:
+    """The minimum right, the second larger than it should be."""
+    want = _want_keys(x)
+    return got[0] == want[0] and got[1] != top2.EMPTY_KEY and got[1] > want[1]
+
+
+SECOND_LOST = ("the minimum is right, the second larger than expected in every wrong input: a key dropped on its way "
+               "to second place (a key that loses against the first, such as the old first when a smaller one "
+               "replaces it, must still be offered to the second)?")
+
+
 # After a GPU SGEMM (A, B uniform in [0, 1)): C stays on the device.
 TOP2_SGEMM_SHAPE = (130, 97, 40)
 RACES_ORDERS = (0x5EED1, 0xC0FFEE)
@@ -154,7 +179,7 @@ def judge_top2(outputs: Outputs, seed: int, ctx: Context, name: str = "top2-exac
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
     rng = np.random.default_rng(seed)
-    lines, ok = [], True
+    lines, ok, said, seconds = [], True, set(), []
     cases = adversarial(rng)
     ran = list(meta.get("cases", []))
     for i, (what, x) in enumerate(cases):
@@ -170,7 +195,11 @@ def judge_top2(outputs: Outputs, seed: int, ctx: Context, name: str = "top2-exac
         problem = compare(keys, x, what) if keys else f"{what}: the grading process returned no keys"
         if problem:
             ok = False
-            lines.append(problem)
+            lines.append(problem + "".join(f" - {h}" for h in wrong_patterns.once([keys and tail_unread(keys, x)],
+                                                                                   said)))
+            seconds.append((len(lines) - 1, bool(keys) and second_lost(keys, x)))
+    if seconds and all(lost for _, lost in seconds):
+        lines[seconds[0][0]] += f" - {SECOND_LOST}"
     M, N, K = TOP2_SGEMM_SHAPE
     A, B = top2.inputs(M, N, K, rng)
     if ok:
@@ -384,7 +413,7 @@ def judge_host(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     inputs = _host_inputs(seed)
     if len(calls) != len(inputs):
         return CheckResult.make(name, False, "the grading process returned no result for every shape")
-    lines, ok = [], True
+    lines, ok, said = [], True, False
     for call, (A, B) in zip(calls, inputs):
         M, K = A.shape
         N = B.shape[1]
@@ -406,8 +435,9 @@ def judge_host(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         if nbytes > HOST_BYTES:
             ok = False
             lines.append(f"{shape}: {nbytes} bytes came back from the device in {len(copies)} copies (limit "
-                         f"{HOST_BYTES}: the two keys and a few flags) - the reduction must run on the GPU, "
-                         "not in a loop over C on the host")
+                         f"{HOST_BYTES}: the two keys and a few flags)" + ("" if said else " - the reduction must "
+                         "run on the GPU, not in a loop over C on the host"))
+            said = True
         elif len(got) != 2 or got[0][1:] != want[0][1:] or got[1][1:] != want[1][1:]:
             ok = False
             lines.append(f"{shape}: expected {_fmt(want[0])} and {_fmt(want[1])}, got "

@@ -289,24 +289,28 @@ def judge_gflops(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     calls = _calls(outputs, len(GFLOPS_CASES))
     if isinstance(calls, str):
         return CheckResult.make(name, False, calls)
-    lines, wrong = [], 0
+    lines, wrong, said = [], 0, set()
     for call, (M, N, K, s) in zip(calls, GFLOPS_CASES):
         problem = _gflops_problem(call, M, N, K, s, answers.module("host_functions").gflops_of(M, N, K, s))
         wrong += problem is not None
-        lines.append(problem or f"gflops({M}, {N}, {K}, {s:g}): right")
+        if problem and problem[1] not in said:         # a ratio's likely cause, said on its first input
+            said.add(problem[1])
+            problem = (problem[0] + (f" ({problem[1]})" if problem[1] else ""), "")
+        lines.append(problem[0] if problem else f"gflops({M}, {N}, {K}, {s:g}): right")
     head = "right on all inputs" if not wrong else f"wrong on {wrong} of {len(GFLOPS_CASES)} inputs"
     return CheckResult.make(name, not wrong, head + "\n" + "\n".join(lines))
 
 
-def _gflops_problem(call: Call, M, N, K, s, want) -> str | None:
-    """What is wrong with one answer (None: nothing); never the expected value, which a question asks for."""
+def _gflops_problem(call: Call, M, N, K, s, want) -> tuple[str, str] | None:
+    """(what is wrong with one answer, its likely cause or ""), or None; never the expected value, which a
+    question asks for."""
     what = f"gflops({M}, {N}, {K}, {s:g})"
     if call.raised:
-        return f"{what}: {call.raised_text()}" if call.raised[0] == "NotImplementedError" else \
-            f"{what} raised {call.raised[0]}: {call.raised[1]}"
+        return (f"{what}: {call.raised_text()}" if call.raised[0] == "NotImplementedError" else
+                f"{what} raised {call.raised[0]}: {call.raised[1]}"), ""
     got = call.value
     if not isinstance(got, numbers.Real) or isinstance(got, bool) or not math.isfinite(float(got)):
-        return f"{what} returned {got!r}: expected a finite number"
+        return f"{what} returned {got!r}: expected a finite number", ""
     if math.isclose(float(got), want, rel_tol=1e-6):
         return None
     ratio = float(got) / want
@@ -314,7 +318,7 @@ def _gflops_problem(call: Call, M, N, K, s, want) -> str | None:
              1e3: "1000x too much: GFLOPS are 1e9 FLOP per second (1e6 would be MFLOPS)",
              1e-3: "1000x too little: seconds, not milliseconds, and 1e9 FLOP per GFLOP"}
     why = next((h for r, h in hints.items() if math.isclose(ratio, r, rel_tol=1e-6)), "")
-    return f"{what} returned {float(got):.6g}, which is not 2 M N K / seconds / 1e9" + (f" ({why})" if why else "")
+    return f"{what} returned {float(got):.6g}, which is not 2 M N K / seconds / 1e9", why
 
 
 # ---- timing ----------------------------------------------------------------------------------------

@@ -83,12 +83,17 @@ def collect(source: str, seed: int, ctx: Context) -> Outputs:
     return meta, arrays
 
 
+# A stage's other likely cause of an order-dependent C, said after "a missing __syncthreads()".
+LIKELY_TOO = {"double-buffering": ", or the next tile stored into the buffer being read (t % 2 where (t + 1) % 2 "
+                                  "belongs)"}
+
+
 def _distinct(records) -> list[str]:
     """The first SHOW different descriptions (two arrays raced on by the same lines read alike)."""
     return list(dict.fromkeys(analysis.describe(r) for r in records))[:SHOW]
 
 
-def _problems(ran: dict, arrays: dict, i: int, shape: tuple) -> list[str]:
+def _problems(ran: dict, arrays: dict, i: int, shape: tuple, stage_id: str = "") -> list[str]:
     M, N, _ = shape
     report = analysis.report_from(ran.get("report", {}))
     problems = []
@@ -107,7 +112,7 @@ def _problems(ran: dict, arrays: dict, i: int, shape: tuple) -> list[str]:
             C0, ran.get("orders", []), lambda s: returned_matrix(arrays.get(f"{i}:C{s}"), (M, N)),
             len(ORDER_SEEDS), "C",
             "threads read data that other threads have not written yet (or overwrite it too early): a missing "
-            "__syncthreads()?")
+            "__syncthreads()" + LIKELY_TOO.get(stage_id, "") + "?")
     elif not ran.get("failure"):
         problems.append("the grading process returned no C")
     return problems
@@ -128,7 +133,7 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     ran = meta.get("shapes", [])
     shapes = [f"M={M} N={N} K={K}" for M, N, K in SHAPES]
     for i, shape in enumerate(SHAPES):
-        problems = (_problems(ran[i], arrays, i, shape) if i < len(ran)
+        problems = (_problems(ran[i], arrays, i, shape, ctx.stage.id) if i < len(ran)
                     else ["the grading process returned nothing for this shape"])
         if problems:
             return CheckResult.make(NAME, False, f"{shapes[i]}, random seed {seed}:\n" + "\n".join(problems),

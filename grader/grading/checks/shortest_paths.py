@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from grader.grading.checks import emulator_tools as analysis
+from grader.grading.checks import wrong_patterns
 from grader.grading.checks.common import (
     does_not_compile,
     launch_budget,
@@ -37,21 +38,41 @@ from grader.grading.protocol import KERNEL_HANG, Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import sgemm, top2
 from grader.kernels.sgemm import driver_of
-from grader.kernels.sssp import SSSP, dijkstra, shortest_paths, sssp_distances, sweep
+from grader.kernels.sssp import SSSP, SSSP_TILE, dijkstra, shortest_paths, sssp_distances, sweep
 from grader.platform.backend import drivers
 
 SSSP_HANG = KERNEL_HANG + " a relaxation that never stops changing?"
 SHAPES = [(1, 2, 4), (1, 70, 8), (67, 1, 8), (45, 39, 16), (100, 130, 16), (150, 97, 8)]
 RTOL_PER_HOP = 2.0 ** -22
 SHOW = 3
+NO_PATH = "no path came back (the walk from the target found no predecessor or ran too long)"
+HINTED = " - likely cause: "     # how a line that names a likely cause starts it
 
 
 def rtol(M: int, N: int) -> float:
     return RTOL_PER_HOP * (M + N + 2)
 
 
-def compare_map(dist: np.ndarray, C: np.ndarray, source: int, what: str) -> list[str]:
+def stalled_hint(dist: np.ndarray, lowered: np.ndarray, source: int) -> tuple[str, str]:
+    """What the cells one more sweep still lowers suggest, as (kind, text) for wrong_patterns.once."""
+    finite = np.isfinite(dist)
+    if finite.sum() == 1 and finite.reshape(-1)[source]:
+        return "nothing relaxed", ("every distance but the source's is still +inf: no tile relaxed anything (the "
+                                   "test that skips a tile skips them all?)")
+    r, c = np.nonzero(lowered)
+    edge = (r % SSSP_TILE == 0) | (r % SSSP_TILE == SSSP_TILE - 1) | (c % SSSP_TILE == 0) | \
+        (c % SSSP_TILE == SSSP_TILE - 1)
+    if edge.all():
+        return "tile edge", (f"the cells still to lower lie on the edges of {SSSP_TILE} x {SSSP_TILE} tiles: a "
+                             "change that did not reach the neighbour tile (a halo cell not loaded, a stamp or "
+                             "last_round not written, a tile skipped that should be visited?)")
+    return "stalled", "the relaxation stopped before it converged (the kernel stopped one sweep early?)"
+
+
+def compare_map(dist: np.ndarray, C: np.ndarray, source: int, what: str, said: set | None = None) -> list[str]:
+    """What is wrong with one distance map ([]: nothing); a likely cause said once per check (`said`)."""
     M, N = C.shape
+    said = set() if said is None else said
     problems = []
     ref = dijkstra(C, source)
     tol = rtol(M, N)
@@ -61,16 +82,16 @@ def compare_map(dist: np.ndarray, C: np.ndarray, source: int, what: str) -> list
         higher = int((dist.astype(np.float64) > ref * (1 + tol) + 1e-30).sum())
         problems.append(f"{what}: {int(bad.sum())} of {M * N} distances differ from Dijkstra's (relative "
                         f"tolerance {tol:.2g}); first at row {r}, col {c}: expected {ref[r, c]:.7g}, got "
-                        f"{dist[r, c]:.7g}" + (f"; {higher} too high: the relaxation stopped before it "
-                                               "converged (a sweep too few?)" if higher else "")
+                        f"{dist[r, c]:.7g}" + (f"; {higher} too high" if higher else "")
                         + ("" if not np.isnan(dist).any() else "; some are NaN (never written?)"))
     again = sweep(dist, C)
     lowered = again < dist
     if lowered.any():
         r, c = np.argwhere(lowered)[0]
         problems.append(f"{what}: not converged: one more Bellman-Ford sweep still lowers {int(lowered.sum())} "
-                        f"cell(s), first row {r}, col {c}: {dist[r, c]:.7g} -> {again[r, c]:.7g} (the host "
-                        "loop or the kernel stopped one sweep early?)")
+                        f"cell(s), first row {r}, col {c}: {dist[r, c]:.7g} -> {again[r, c]:.7g}"
+                        + "".join(f"{HINTED}{h}" for h in wrong_patterns.once([stalled_hint(dist, lowered, source)],
+                                                                           said)))
     if dist.reshape(-1)[source] != 0:
         problems.append(f"{what}: the distance at the source is {dist.reshape(-1)[source]:.7g}, not 0 (the "
                         "source's own cost is not counted)")
@@ -145,7 +166,7 @@ def judge_distances(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     name = "sssp-distances"
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
-    lines, ok, rounds = [], True, {}
+    lines, ok, rounds, said = [], True, {}, set()
     for what, *rest in _judged_shapes(meta, arrays, seed):
         if len(rest) == 1:
             ok = False
@@ -158,11 +179,12 @@ def judge_distances(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             d = returned_matrix(arrays.get(key), C.shape)
             where = f"{what}, distances from minimum {k + 1} (row {m[1]}, col {m[2]})"
             problems += [f"{where}: the grading process returned no map"] if d is None else \
-                compare_map(d, C, m[1] * N + m[2], where)
+                compare_map(d, C, m[1] * N + m[2], where, said)
         rounds[what] = data.get("rounds")
         if problems:
+            # The first shape wrong in full; then its first line and any with a cause not said yet.
+            lines += problems[:SHOW] if ok else problems[:1] + [p for p in problems[1:] if HINTED in p]
             ok = False
-            lines += problems[:SHOW]
         else:
             lines.append(f"{what}: both maps right ({data['rounds'][0]} and {data['rounds'][1]} launches)")
     head = (f"both distance maps match Dijkstra on all {len(SHAPES)} shapes" if ok else "wrong") + \
@@ -175,7 +197,7 @@ def judge_distances(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
 def check_path(path, C: np.ndarray, m1, m2, cost: float, what: str) -> list[str]:
     M, N = C.shape
     if not path:
-        return [f"{what}: no path came back (the walk from the target found no predecessor or ran too long)"]
+        return [f"{what}: {NO_PATH}"]
     cells = [tuple(int(x) for x in p) for p in path]
     problems = []
     if cells[0] != (m1[1], m1[2]):
@@ -208,7 +230,7 @@ def judge_path(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     name = "sssp-path"
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
-    lines, ok = [], True
+    lines, ok, lost = [], True, []
     for what, *rest in _judged_shapes(meta, arrays, seed):
         if len(rest) == 1:
             ok = False
@@ -217,11 +239,17 @@ def judge_path(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         C, (m1, m2), data, _ = rest
         path = [tuple(p) for p in data.get("path", [])]
         problems = check_path(path, C, m1, m2, float(data.get("cost", float("nan"))), what)
-        if problems:
+        if problems == [f"{what}: {NO_PATH}"]:
+            ok = False
+            lost.append(what)
+            if len(lost) == 1:
+                lines.append(NO_PATH)           # said once, with every shape it happened on
+        elif problems:
             ok = False
             lines += problems
         else:
             lines.append(f"{what}: a path of {len(path)} cells, cost {float(data['cost']):.7g}")
+    lines = [f"{', '.join(lost)}: {line}" if line == NO_PATH else line for line in lines]
     head = (f"the path is right on all {len(SHAPES)} shapes" if ok else "wrong") + f" (random seed {seed})"
     return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed},
                             output=meta.get("log", ""))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.kernels.sgemm import never_written
+from grader.kernels.sgemm import never_written, tolerance
 
 
 def _span(lo: int, hi: int, word: str) -> str:
@@ -60,3 +60,30 @@ def transposed_in_tiles(out: np.ndarray, want: np.ndarray, tile: int = 32) -> tu
         return None
     return "mirrored in tiles", (f"the wrong elements hold the values of their mirrors inside their {tile} x {tile} tile (row and column "
             "swapped there): the shared tile written and read with the same index order?")
+
+
+def sum_stops_early(C: np.ndarray, A: np.ndarray, B: np.ndarray, bad: np.ndarray) -> tuple[str, str] | None:
+    """Every wrong element of C = A B is the sum over k < k' only, for one k' < K: the loop over k stopped early."""
+    K = A.shape[1]
+    if not bad.any() or not np.isfinite(C[bad]).all() or bad.size * K > 20_000_000:
+        return None
+    a, b = A[bad.any(axis=1)].astype(np.float64), B[:, bad.any(axis=0)].astype(np.float64)
+    sub_bad, got = bad[np.ix_(bad.any(axis=1), bad.any(axis=0))], C[np.ix_(bad.any(axis=1), bad.any(axis=0))]
+    partial, size = np.zeros(sub_bad.shape), np.zeros(sub_bad.shape)
+    for k in range(K - 1):
+        partial += np.outer(a[:, k], b[k])
+        size += np.abs(np.outer(a[:, k], b[k]))
+        if (np.abs(got - partial)[sub_bad] <= tolerance(size, K)[sub_bad]).all():
+            return "sum stops early", (f"the wrong elements are the sum over k = 0..{k} only (K = {K}): the loop over "
+                                       "k stops early (its bound: K, and the last, partial tile of K included?)")
+    return None
+
+
+def partial_k_tiles(shapes: list[tuple[int, int, int]], wrong: list[bool], bk: int) -> str | None:
+    """C is wrong on exactly the shapes whose K is not a multiple of the tile's depth `bk`."""
+    partial = [K % bk != 0 for _, _, K in shapes]
+    if all(partial) or not any(partial) or partial != wrong:
+        return None
+    right = ", ".join(f"M={M} N={N} K={K}" for (M, N, K), p in zip(shapes, partial) if not p)
+    return (f"wrong on every shape whose K is not a multiple of BK = {bk}, right on {right}: the last, partial tile "
+            "of K - a load that does not fill with zeros past K?")

@@ -9,9 +9,15 @@ notebook), False (the blank release copy), or a function of the notebook's
 cells by grade_id, which may carry `on_release` (edit the blank copy instead),
 `drop` (grade_ids of cells to delete) and `extra_cells` (sources of code cells
 to add at the end).
+
+A submission's notebook runs in the sandboxed kernel (SandboxedExecute) only where a test needs it run
+(its outputs, or what its cells do when run); the others are graded from their text alone, as autograde
+grades every test cell after the run (GradeFromSource), so their scores and test cells' outputs are the
+same.
 """
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import sys
@@ -109,6 +115,17 @@ def new_course(course: Path, labs) -> Path:
     return course
 
 
+def without_running(config):
+    """The course's config with an autograde that grades the notebook as handed in, without running it
+    (no SandboxedExecute): the other preprocessors as configured."""
+    config = copy.deepcopy(config)
+    steps = config.Autograde.autograde_preprocessors
+    kept = [p for p in steps if not p.endswith(".SandboxedExecute")]
+    assert len(kept) == len(steps) - 1, steps
+    config.Autograde.autograde_preprocessors = kept
+    return config
+
+
 def generate_assignment(api, lab: str) -> None:
     r = api.generate_assignment(lab, force=True)
     assert r["success"], r.get("error") or r.get("log")
@@ -135,13 +152,15 @@ def grading_environment():
 
 
 @contextmanager
-def graded_course(course: Path, submissions: dict[str, dict]):
+def graded_course(course: Path, submissions: dict[str, dict], run=None):
     """For each lab of {lab: {student: edit}}: its release copy generated, every submission handed in, then each
-    autograded (in the grading environment, kept until the end). Yields the NbGraderAPI and the seconds each
-    autograde took, by (lab, student)."""
+    autograded (in the grading environment, kept until the end): the (lab, student) pairs in `run` (every one
+    when None) run in the sandboxed kernel first, the others are graded from their text (without_running).
+    Yields the NbGraderAPI and the seconds each autograde took, by (lab, student)."""
     from nbgrader.apps import NbGraderAPI
     with grading_environment():
         api = NbGraderAPI(config=load_config(course))
+        from_text = NbGraderAPI(config=without_running(load_config(course)))
         seconds = {}
         for lab, edits in submissions.items():
             generate_assignment(api, lab)
@@ -149,20 +168,21 @@ def graded_course(course: Path, submissions: dict[str, dict]):
                 submit(course, lab, student, edit)
             for student in edits:
                 start = time.monotonic()
-                r = api.autograde(lab, student, force=True)
+                runs = run is None or (lab, student) in run
+                r = (api if runs else from_text).autograde(lab, student, force=True)
                 seconds[(lab, student)] = time.monotonic() - start
                 assert r["success"], f"{lab}/{student}: {r.get('error') or r.get('log')}"
         yield api, seconds
 
 
-def lab_course(lab: str, submissions: dict):
+def lab_course(lab: str, submissions: dict, run=None):
     """A module-scoped fixture `course`: a course holding the lab alone, its submissions {student: edit}
-    autograded (graded_course)."""
+    autograded (graded_course), the notebooks of the students in `run` (every one when None) run first."""
     @pytest.fixture(scope="module")
     def course(tmp_path_factory):
         """The course folder: the lab alone, its submissions autograded."""
         course = new_course(tmp_path_factory.mktemp("course"), [lab])
-        with graded_course(course, {lab: submissions}):
+        with graded_course(course, {lab: submissions}, None if run is None else {(lab, s) for s in run}):
             yield course
     return course
 

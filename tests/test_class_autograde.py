@@ -8,8 +8,9 @@ The course and its submissions are made with tests/nbgrader_course.py.
 Grading a lab 1 notebook on the emulator costs about 25 CPU seconds when its
 kernels compile (two submissions here: every grading process builds them
 afresh) and about 8 when they do not (kernel sources left None: the other ten),
-so that the class of twelve is graded three times (serially, by 4
-workers, by Slurm) in a few minutes on two cores.
+so that the class of twelve is graded twice (serially, by 4 workers),
+and parts of it again (by workers sharing a GPU, by Slurm), in a few
+minutes on two cores.
 """
 from __future__ import annotations
 
@@ -279,8 +280,11 @@ def test_two_workers_sharing_one_gpu_give_the_serial_gradebook(classes, tmp_path
 
 @pytest.mark.slurm
 def test_slurm_array_gives_the_serial_gradebook(classes, tmp_path):
+    """Four of the class (a kernel compiled, a late one, a deleted test cell, a syntax error): what Slurm's
+    array adds to the workers' grading is the same for any number of tasks."""
     pristine, serial = classes
-    course = _copy(pristine, tmp_path / "course")
+    students = ["ref", "late", "deleted-test", "syntax-error"]
+    course = _copy(pristine, tmp_path / "course", students)
     with local_slurm() as slurm:
         p = _autograde(course, "--slurm", "--sbatch-arg=--partition=no-such-partition", env={**_env(), **slurm.env})
         assert p.returncode == 2 and "error: sbatch did not submit the array: " in p.stdout, p.stdout + p.stderr
@@ -288,8 +292,8 @@ def test_slurm_array_gives_the_serial_gradebook(classes, tmp_path):
         gpus = ["--gpus", "any"] if slurm.gpus else ["--gpus", "none"]
         p = _autograde(course, "--slurm", *gpus, env={**_env(), **slurm.env})
         assert p.returncode == 0 and p.stderr == "", p.stdout + p.stderr + slurm.logs()
-    assert "sbatch: a Slurm array of 12 task(s)" in p.stdout
-    _assert_same(gradebook_contents(course), gradebook_contents(serial))
+    assert f"sbatch: a Slurm array of {len(students)} task(s)" in p.stdout
+    _assert_same(gradebook_contents(course), gradebook_contents(serial, students))
     rows = _summary(course)
     assert all(r["status"] == "graded" for r in rows.values()), rows
     if slurm.gpus:                           # Slurm gave each task one of its (fake) GPUs

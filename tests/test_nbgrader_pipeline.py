@@ -56,6 +56,7 @@ COALESCING = 2.0                       # lab 1's coalescing cell (stage coalesce
 EXPECTED = {
     # (assignment, student): score on a machine without a GPU
     (LAB1, "ref"): TOTAL[LAB1] - PERF[LAB1],
+    (LAB1, "ref-from-text"): TOTAL[LAB1] - PERF[LAB1],
     (LAB1, "blank"): 0.0,
     (LAB1, "nobounds"): TOTAL[LAB1] - PERF[LAB1] - 3 - 1,   # naive: correctness and races (out of bounds)
     (LAB1, "naiveorder"): TOTAL[LAB1] - PERF[LAB1] - COALESCING,   # correct, race-free, uncoalesced
@@ -86,7 +87,7 @@ EXPECTED = {
 EXPECTED.update({(lab, "ref"): sum(points(lab).values()) for lab in (LAB3, LAB4)})      # no performance cells
 # Performance points a GPU adds: every correct kernel's. A kernel must pass the
 # correctness check before its speed counts, so the broken ones add nothing.
-GPU_PERF = {(LAB1, "ref"): PERF[LAB1], (LAB1, "nobounds"): 1.0,   # its coalesced kernel is the reference
+GPU_PERF = {(LAB1, "ref"): PERF[LAB1], (LAB1, "ref-from-text"): PERF[LAB1], (LAB1, "nobounds"): 1.0,   # its coalesced kernel is the reference
             (LAB1, "naiveorder"): 1.0,     # the naive kernel's; the uncoalesced one is too slow (0.010 of cuBLAS)
             (LAB2, "ref"): PERF[LAB2], (LAB2, "stderr"): PERF[LAB2], (LAB2, "tamper"): PERF[LAB2],
             (LAB2, "exit"): PERF[LAB2], (LAB2, "deleted-tests"): PERF[LAB2], (LAB2, "string-built"): PERF[LAB2],
@@ -233,7 +234,8 @@ _memory_bomb.extra_cells = ['PAD = "x" * 10**12', "BIG = " + " + ".join(["1"] * 
 
 
 SUBMISSIONS = {
-    LAB1: {"ref": None, "blank": False, "nobounds": naive_without_bounds_check, "naiveorder": _naive_order},
+    LAB1: {"ref": None, "ref-from-text": None, "blank": False, "nobounds": naive_without_bounds_check,
+           "naiveorder": _naive_order},
     LAB2: {"ref": None, "blank": False, "nobounds": _nobounds_tiled, "nosync": _nosync, "swapped": _swapped,
            "stderr": _stderr, "tamper": _tamper, "hang": _hang, "poison": _poison, "blank-after-poison": False,
            "oob-write": _oob_write, "exit": _exit, "deleted-tests": _deleted_tests, "reads-solutions": _reads_solutions,
@@ -243,6 +245,12 @@ SUBMISSIONS = {
     LAB3: {"ref": None},
     LAB4: {"ref": None},
 }
+# The notebooks that run in the sandboxed kernel: each lab's reference, and the submissions whose cells do
+# something when run (print to stderr, patch the grader, plant a build, end the kernel, take memory). The
+# others are graded from their text alone: the scores and test cells' outputs do not depend on a run.
+RUN = {(LAB1, "ref"), (LAB3, "ref"), (LAB4, "ref")} | {(LAB2, s) for s in (
+    "ref", "stderr", "tamper", "poison", "exit", "reads-solutions", "patches-numpy", "patches-grader", "hides-results",
+    "poisons-env", "memory-bomb")}
 
 
 TIMES: dict[tuple[str, str], float] = {}     # seconds of each submission's autograde
@@ -251,7 +259,7 @@ TIMES: dict[tuple[str, str], float] = {}     # seconds of each submission's auto
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     course = new_course(tmp_path_factory.mktemp("course"), SUBMISSIONS)
-    with graded_course(course, SUBMISSIONS) as (api, seconds):
+    with graded_course(course, SUBMISSIONS, RUN) as (api, seconds):
         TIMES.update(seconds)
         yield course, api
 
@@ -262,6 +270,20 @@ def test_a_hanging_submission_costs_seconds(course):
         assert TIMES[(LAB2, "hang")] < 60, TIMES
     cells = cell_scores(course[0], LAB2, "hang")
     assert cells["smem-tiling-correctness"] == 0 and cells["smem-tiling-races"] == 0
+
+
+def test_a_notebook_graded_from_its_text_gets_the_grades_of_one_that_ran(course):
+    """What the submissions graded without a run rely on: the reference, run or not, gets the same score and
+    the same output in every graded cell (performance aside: a GPU's timings differ between two runs)."""
+    course_dir, _ = course
+    assert cell_scores(course_dir, LAB1, "ref-from-text") == cell_scores(course_dir, LAB1, "ref")
+    for cell in points(LAB1):
+        if not cell.endswith("-performance"):
+            assert (cell_output(course_dir, LAB1, "ref-from-text", cell, shown=True)
+                    == cell_output(course_dir, LAB1, "ref", cell, shown=True)), cell
+    unrun = [c for c in autograded_notebook(course_dir, LAB1, "ref-from-text").cells
+             if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("grade")]
+    assert unrun and not any(c.outputs for c in unrun)      # it was not run: only graded cells have outputs
 
 
 def test_release_has_no_solutions(course):
@@ -416,9 +438,11 @@ def test_regrade_agrees_with_autograde(course):
 
 
 def test_regrade_cli(course):
+    """The command, on two students (every one is regraded in-process above): no difference, nothing on stderr."""
     import subprocess
     course_dir, _ = course
-    p = subprocess.run([sys.executable, "-m", "grader", "regrade", str(course_dir), LAB2, "--differences"],
+    p = subprocess.run([sys.executable, "-m", "grader", "regrade", str(course_dir), LAB2, "--differences",
+                        "--student", "ref", "--student", "tamper"],
                        capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": os.pathsep.join(
                            [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])},
                        timeout=600)

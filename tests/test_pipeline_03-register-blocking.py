@@ -104,7 +104,9 @@ SUBMISSIONS = {"ref": None, "blank": False, "pastblock": _pastblock, "nosync": _
                "granularity": _granularity, "noshared": _noshared}
 
 
-course = lab_course(LAB, SUBMISSIONS)
+# The reference's and the blank copy's notebooks run (their outputs are tested); the others are graded from
+# their text.
+course = lab_course(LAB, SUBMISSIONS, run=("ref", "blank"))
 
 
 def _outputs(course, student: str, cell: str) -> str:

@@ -92,7 +92,8 @@ SUBMISSIONS = {"ref": None, "blank": False, "unpadded": _unpadded, "hardcoded": 
                "nosync": _nosync}
 
 
-course = lab_course(LAB, SUBMISSIONS)
+# The reference's notebook runs (its outputs are tested); the others are graded from their text.
+course = lab_course(LAB, SUBMISSIONS, run=("ref",))
 
 
 def test_the_notebook_has_the_cells_the_test_expects():

@@ -81,7 +81,8 @@ def _nosync(cells):
 SUBMISSIONS = {"ref": None, "blank": False, "nofallback": _nofallback, "shapesonly": _shapesonly, "nosync": _nosync}
 
 
-course = lab_course(LAB, SUBMISSIONS)
+# The reference's notebook runs (its outputs are tested); the others are graded from their text.
+course = lab_course(LAB, SUBMISSIONS, run=("ref",))
 
 
 def test_points_are_as_documented():

@@ -257,8 +257,9 @@ def test_four_workers_give_the_serial_gradebook(classes, tmp_path):
 
 
 def test_two_workers_sharing_one_gpu_give_the_serial_gradebook(classes, tmp_path):
-    """--gpus 0 --workers 2: two submissions graded at once on GPU 0, each timed section alone
-    (on the emulator a lock file stands for the GPU's, and its holdings are logged)."""
+    """--gpus 0 --workers 2: two submissions graded at once on GPU 0, under its lock shared (on the emulator
+    a lock file stands for the GPU's, and its holdings are logged; nothing is timed, so it is never held alone:
+    tests/test_gpu_sharing.py holds timed sections)."""
     pristine, serial = classes
     students = ["ref", "nobounds", "answers-only", "expressions"]
     course = _copy(pristine, tmp_path / "course", students)
@@ -273,9 +274,9 @@ def test_two_workers_sharing_one_gpu_give_the_serial_gradebook(classes, tmp_path
     spans = sorted((r["started"], r["ended"]) for r in entries.values())
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:])), spans         # two at once on GPU 0
     held = [(m, float(s), float(e)) for m, s, e, _ in (line.split() for line in log.read_text().splitlines())]
-    timed = [h for h in held if h[0] == "exclusive"]
-    assert len(timed) >= len(students), held                          # each performance check timed alone
-    assert not [(a, b) for a in timed for b in held if a is not b and a[1] < b[2] and b[1] < a[2]], held
+    assert held and {h[0] for h in held} == {"shared"}, held
+    holdings = sorted(h[1:] for h in held)
+    assert any(b[0] < a[1] for a, b in zip(holdings, holdings[1:])), held      # held by two at once
 
 
 @pytest.mark.slurm

@@ -70,31 +70,6 @@ def real_lock():
         path.unlink(missing_ok=True)
 
 
-def test_a_grading_process_can_neither_see_nor_release_its_parents_lock(monkeypatch, tmp_path, real_lock):
-    lock = real_lock
-    monkeypatch.setattr(settings, "_current", settings.current().with_(gpu_lock=str(lock)))
-    probe = ("import fcntl, os, sys\npath = sys.argv[1]\ntry:\n    fd = os.open(path, os.O_RDONLY)\n"
-             "except OSError as e:\n    print('unseen', type(e).__name__)\nelse:\n    fcntl.flock(fd, fcntl.LOCK_UN)\n"
-             "    print('inode', os.fstat(fd).st_ino)\n")
-    work = tmp_path / "work"
-    work.mkdir()
-    with timing.held_for_child(times=True) as held:
-        assert held.mode == "shared" and held.pipe and str(lock) in held.hidden
-        command = sandbox.wrap([sys.executable, "-I", "-c", probe, str(lock)], [str(work)], str(work),
-                               hidden=sandbox.hidden_from_grading() + list(held.hidden))
-        seen = subprocess.run(command, capture_output=True, text=True, timeout=60).stdout.split()
-        assert seen and (seen[0] == "unseen" or int(seen[1]) != os.stat(lock).st_ino), seen
-        other = os.open(lock, os.O_RDONLY)
-        try:                                            # still held: one that would time is refused
-            try:
-                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                raise AssertionError("the lock was released")
-            except BlockingIOError:
-                pass
-        finally:
-            os.close(other)
-
-
 def refused(lock: Path, how: int) -> bool:
     other = os.open(lock, os.O_RDONLY)
     try:
@@ -106,6 +81,28 @@ def refused(lock: Path, how: int) -> bool:
         os.close(other)
 
 
+def sandboxed(probe: str, args, work: Path, held: timing.ChildLock) -> list[str]:
+    """A Python probe as a grading process runs: in the sandbox, the parent's lock hidden."""
+    return sandbox.wrap([sys.executable, "-I", "-c", probe, *map(str, args)], [str(work)], str(work),
+                        hidden=sandbox.hidden_from_grading() + list(held.hidden))
+
+
+def test_a_grading_process_can_neither_see_nor_release_its_parents_lock(monkeypatch, tmp_path, real_lock):
+    lock = real_lock
+    monkeypatch.setattr(settings, "_current", settings.current().with_(gpu_lock=str(lock)))
+    probe = ("import fcntl, os, sys\npath = sys.argv[1]\ntry:\n    fd = os.open(path, os.O_RDONLY)\n"
+             "except OSError as e:\n    print('unseen', type(e).__name__)\nelse:\n    fcntl.flock(fd, fcntl.LOCK_UN)\n"
+             "    print('inode', os.fstat(fd).st_ino)\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    with timing.held_for_child(times=True) as held:
+        assert held.mode == "shared" and held.pipe and str(lock) in held.hidden
+        seen = subprocess.run(sandboxed(probe, [lock], work, held), capture_output=True, text=True,
+                              timeout=60).stdout.split()
+        assert seen and (seen[0] == "unseen" or int(seen[1]) != os.stat(lock).st_ino), seen
+        assert refused(lock, fcntl.LOCK_EX), "the lock was released"      # still held: one that would time waits
+
+
 def test_a_sandboxed_grading_process_gets_the_gpu_alone_over_its_pipe(monkeypatch, tmp_path, real_lock):
     monkeypatch.setattr(settings, "_current", settings.current().with_(gpu_lock=str(real_lock)))
     probe = ("import os, sys\nask, answer = int(sys.argv[1]), int(sys.argv[2])\n"
@@ -114,10 +111,8 @@ def test_a_sandboxed_grading_process_gets_the_gpu_alone_over_its_pipe(monkeypatc
     work = tmp_path / "work"
     work.mkdir()
     with timing.held_for_child(times=True) as held:
-        command = sandbox.wrap([sys.executable, "-I", "-c", probe, *map(str, held.pipe)], [str(work)], str(work),
-                               hidden=sandbox.hidden_from_grading() + list(held.hidden))
-        child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                 pass_fds=held.pipe)
+        child = subprocess.Popen(sandboxed(probe, held.pipe, work, held), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True, pass_fds=held.pipe)
         assert child.stdout.readline().strip() == "G"
         assert refused(real_lock, fcntl.LOCK_SH)             # alone: not even shared beside it
         child.stdin.write("\n")

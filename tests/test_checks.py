@@ -181,6 +181,29 @@ def test_a_grading_process_that_cannot_start_is_a_grader_error(tmp_path, monkeyp
     assert "not your code's fault" in r.message and "crashed" not in r.message
 
 
+def test_the_reference_is_built_once_for_every_process(tmp_path):
+    """The reference solution's builds (run for the launch budgets) are kept in the emulator's cache: a
+    second grading program compiles none of them again, and that folder is the grader's alone."""
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "GRADER_EMULATOR_CACHE": str(tmp_path / "cache")}
+    code = ("import sys; from grader.grading.isolation import run_check, reference_cache\n"
+            "r = run_check('naive', 'correctness', sys.stdin.read(), seed=1)\n"
+            "print(r.status, reference_cache())\n")
+
+    def grade() -> tuple[str, dict]:
+        p = subprocess.run([sys.executable, "-c", code], input=NAIVE, capture_output=True, text=True, env=env,
+                           cwd=REPO, timeout=300)
+        assert p.returncode == 0 and p.stdout.startswith(PASSED), p.stdout + p.stderr
+        folder = Path(p.stdout.split()[-1])
+        return folder, {f.name: f.stat().st_mtime_ns for f in folder.glob("kernel-*")}
+
+    folder, first = grade()
+    assert first and folder.parent == tmp_path / "cache" and folder.stat().st_mode & 0o077 == 0, (folder, first)
+    assert grade()[1] == first
+
+
 def test_check_writes_nothing_to_stderr_and_renders(capfd):
     warned = variant("        float sum = 0.0f;\n", "        float sum = 0.0f;\n        int unused = 1;\n", NAIVE)
     report = grader.check("naive", warned, ["compiles", "correctness", "races", "performance"], seed=7)

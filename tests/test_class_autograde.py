@@ -261,7 +261,7 @@ def test_two_workers_sharing_one_gpu_give_the_serial_gradebook(classes, tmp_path
     a lock file stands for the GPU's, and its holdings are logged; nothing is timed, so it is never held alone:
     tests/test_gpu_sharing.py holds timed sections)."""
     pristine, serial = classes
-    students = ["ref", "nobounds", "answers-only", "expressions"]
+    students = ["ref", "answers-only"]
     course = _copy(pristine, tmp_path / "course", students)
     log = tmp_path / "held.log"
     env = {**_env(), "GRADER_GPU_LOCK": str(tmp_path / "gpu.lock"), "GRADER_GPU_LOCK_LOG": str(log)}

@@ -13,8 +13,10 @@ scribbled over the grading process's memory cannot hand over a verdict).
 What fails before the process has started (it cannot import PyCUDA or the
 grader, or the sandbox cannot be made) is a grader error; a crash or a hang
 after it is the submission's. A submission's builds go to a cache folder of
-its own (no two submissions share one); the emulator's runtime library is
-built once here and handed over with its SHA-256, which the process checks.
+its own (no two submissions share one); the reference solutions' builds are
+kept in the emulator's cache, which no submission's process can write; the
+emulator's runtime library is built once here and handed over with its
+SHA-256, which the process checks.
 
 Launch budgets: a kernel launch is stopped once it has run HANG_FACTOR times
 as long as the reference solution's same launch. The reference's times come
@@ -107,6 +109,16 @@ def submission_cache(submission: str) -> str:
     return _private_folder("cache-" + hashlib.sha256(submission.encode()).hexdigest()[:16])
 
 
+def reference_cache() -> str:
+    """The build cache of the reference solutions' grading processes, kept between processes (a class's
+    autograde, a student's self-checks after a restart compile each reference once), beside the emulator's
+    runtime in the emulator's cache: written only by the grader's processes and the references' grading
+    processes (a submission's grading process, and a notebook run by autograde, write only folders of their own)."""
+    path = os.path.join(settings.current().emulator_cache, "reference-builds")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
 _runtime: tuple[str, str] | None = None
 
 
@@ -172,8 +184,8 @@ def reference_budgets(ex, gpu: bool, job_settings: Settings) -> dict:
             reference = None
             _budgets[key] = shipped_budgets(gpu).get(ex.id, {})
         if reference is not None:
-            outcome = _collect(ex.id, None, reference, 0, job_settings.with_(emulator_cache=_private_folder(
-                "reference-cache")), {}, sum(c.timeout for c in timed), measure=True)
+            outcome = _collect(ex.id, None, reference, 0, job_settings.with_(emulator_cache=reference_cache()),
+                               {}, sum(c.timeout for c in timed), measure=True)
             if not isinstance(outcome, CheckResult):
                 _budgets[key] = dict(outcome[0].get("_budgets") or {})
     return _budgets[key]

@@ -101,7 +101,7 @@ class Kernel:
 # imports none of these runs each block's threads one after the other, without
 # a fiber per thread.
 _WAITING_CALLS = (b"__emu_syncthreads", b"__emu_syncthreads_reduce", b"__emu_syncwarp", b"__emu_warp_exchange",
-                  b"__emu_activemask")
+                  b"__emu_activemask", b"__emu_mbarrier_arrive", b"__emu_mbarrier_wait")
 
 
 def _may_wait(library: Path) -> bool:

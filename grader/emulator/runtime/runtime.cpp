@@ -33,7 +33,7 @@ unsigned char* __emu_dynamic_shared;
 
 namespace emu {
 
-enum FiberState { kReady, kAtBarrier, kAtWarp, kDone };
+enum FiberState { kReady, kAtBarrier, kAtWarp, kAtMbarrier, kDone };
 
 struct Fiber {
     void* sp;
@@ -43,6 +43,21 @@ struct Fiber {
     int line;          // where it waits
     int parity;        // which slot page its last warp exchange used
     unsigned took_part;  // lanes of its last warp exchange
+    const void* mbarrier;  // the mbarrier it waits on (kAtMbarrier), for its phase of parity mbarrier_parity
+    int mbarrier_parity;
+};
+
+// An mbarrier (the course's Hopper header, include/hopper.cuh): its phase completes when the expected
+// arrivals have arrived and the bytes its bulk copies announce (expect_tx) have landed. A copy lands
+// when the last arrival of its phase arrives, so that shared memory read before the wait still holds
+// what was there (the block's poison, or the previous phase's data).
+struct Mbarrier {
+    unsigned expected = 0, pending = 0;
+    long long tx = 0;          // bytes announced and not landed
+    int phase = 0;             // the parity of the phase in progress
+    int init_line = 0;
+    struct Copy { void* dst; const void* src; unsigned bytes; };
+    std::vector<Copy> copies;
 };
 
 struct Warp {
@@ -69,6 +84,7 @@ struct LaunchState {
     int pos;           // the scheduler's place in `fibers` during a pass
     int barrier_result, barrier_all, barrier_any;
     unsigned long long seed;
+    std::map<const void*, Mbarrier> mbarriers;   // the block's, by address
 };
 
 static LaunchState L;
@@ -327,6 +343,24 @@ static std::string describe_waits() {
     char buf[160];
     for (auto& kv : at_barrier) { snprintf(buf, sizeof buf, "; %d thread(s) wait at __syncthreads() on line %d", kv.second, kv.first); s += buf; }
     for (auto& kv : at_warp) { snprintf(buf, sizeof buf, "; %d thread(s) wait at a warp-synchronous call on line %d", kv.second, kv.first); s += buf; }
+    std::map<std::pair<int, int>, int> at_mbarrier;   // (line, parity) -> threads
+    const Mbarrier* waited = nullptr;
+    for (auto& f : L.fibers)
+        if (f.state == kAtMbarrier) {
+            at_mbarrier[{f.line, f.mbarrier_parity}]++;
+            auto it = L.mbarriers.find(f.mbarrier);
+            if (it != L.mbarriers.end()) waited = &it->second;
+        }
+    for (auto& kv : at_mbarrier) {
+        snprintf(buf, sizeof buf, "; %d thread(s) wait on an mbarrier on line %d for its phase of parity %d",
+                 kv.second, kv.first.first, kv.first.second);
+        s += buf;
+    }
+    if (waited) {
+        snprintf(buf, sizeof buf, " (the phase in progress has parity %d: %u of its %u arrival(s) and %lld announced "
+                 "byte(s) missing)", waited->phase, waited->pending, waited->expected, waited->tx);
+        s += buf;
+    }
     if (L.ndone) { snprintf(buf, sizeof buf, "; %d thread(s) have exited", L.ndone); s += buf; }
     return s;
 }
@@ -383,6 +417,7 @@ static void run_block(uint3 bid) {
         L.warps[w].parity = 0;
     }
     L.ndone = L.nbarrier = 0;
+    L.mbarriers.clear();
     if (analysis::enabled()) analysis::begin_block(bid);
     if (L.sequential) {
         cur = &L.fibers[0];
@@ -468,6 +503,73 @@ extern "C" void __emu_syncwarp(int line, unsigned mask) {
     unsigned arrived;
     char nothing = 0;
     __emu_warp_exchange(line, mask, &nothing, 1, &arrived);
+}
+
+// ---- mbarriers and bulk copies (include/hopper.cuh) -------------------------------
+static Mbarrier& mbarrier_at(int line, const void* bar, const char* what) {
+    auto it = L.mbarriers.find(bar);
+    if (it == L.mbarriers.end())
+        fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": " + what + " on line " +
+                                 std::to_string(line) + " uses an mbarrier that mbarrier_init() has not initialised");
+    return it->second;
+}
+
+// The last arrival of a phase: its copies land, and where every announced byte has landed, the phase
+// completes and the threads waiting for it go on.
+static void complete_if_arrived(const void* bar, Mbarrier& m) {
+    if (m.pending != 0) return;
+    for (auto& c : m.copies) {
+        memcpy(c.dst, c.src, c.bytes);
+        m.tx -= c.bytes;
+    }
+    m.copies.clear();
+    if (m.tx != 0) return;
+    for (auto& f : L.fibers)
+        if (f.state == kAtMbarrier && f.mbarrier == bar && f.mbarrier_parity == m.phase) f.state = kReady;
+    m.phase ^= 1;
+    m.pending = m.expected;
+}
+
+extern "C" void __emu_mbarrier_init(int line, void* bar, unsigned count) {
+    if (count == 0)
+        fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": mbarrier_init() on line " +
+                                 std::to_string(line) + " with an arrival count of 0");
+    Mbarrier& m = L.mbarriers[bar];
+    m = Mbarrier();
+    m.expected = m.pending = count;
+    m.init_line = line;
+}
+
+extern "C" void __emu_mbarrier_arrive(int line, void* bar, long long tx_bytes) {
+    check_not_sequential("an mbarrier arrival");
+    Mbarrier& m = mbarrier_at(line, bar, "an arrival");
+    m.tx += tx_bytes;
+    if (m.pending == 0)
+        fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": an arrival on line " +
+                                 std::to_string(line) + " at an mbarrier whose phase has all its arrivals");
+    m.pending--;
+    complete_if_arrived(bar, m);
+}
+
+extern "C" void __emu_mbarrier_wait(int line, void* bar, unsigned parity) {
+    check_not_sequential("an mbarrier wait");
+    Mbarrier& m = mbarrier_at(line, bar, "a wait");
+    if (m.phase != int(parity & 1)) return;     // that phase has completed
+    Fiber* f = cur;
+    f->state = kAtMbarrier;
+    f->line = line;
+    f->mbarrier_parity = int(parity & 1);
+    f->mbarrier = bar;
+    switch_to_next_fiber();
+}
+
+extern "C" void __emu_bulk_copy(int line, void* dst, const void* src, unsigned bytes, void* bar) {
+    Mbarrier& m = mbarrier_at(line, bar, "a bulk copy");
+    if (bytes == 0 || bytes % 16 || reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
+        fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": the bulk copy on line " +
+                                 std::to_string(line) + " needs a size and addresses that are multiples of 16 bytes");
+    m.copies.push_back({dst, src, bytes});
+    complete_if_arrived(bar, m);      // issued after the phase's last arrival: it lands now
 }
 
 extern "C" unsigned __emu_lane_id(void) { return cur->linear % 32; }

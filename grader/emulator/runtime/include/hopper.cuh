@@ -1,0 +1,32 @@
+// The course's Hopper header, as the emulator runs it (the GPU's own, inline PTX
+// for sm_90, is pycuda-include/hopper.cuh; both declare the same calls):
+//
+//   __shared__ uint64_t full;                 // an mbarrier: 8 bytes of shared memory
+//   mbarrier_init(&full, count);              // count arrivals complete a phase
+//   fence_mbarrier_init();                    // then __syncthreads() before other threads use it
+//   mbarrier_arrive(&full);                   // one arrival
+//   mbarrier_arrive_expect_tx(&full, bytes);  // one arrival, announcing `bytes` that bulk copies bring
+//   bulk_copy_g2s(dst, src, bytes, &full);    // global -> shared, 16-byte multiples, landing on `full`
+//   mbarrier_wait_parity(&full, parity);      // until the phase of that parity (0, 1, 0, ...) completes
+//   fence_proxy_async();                      // shared writes of this thread, before an asynchronous copy reuses them
+//
+// Here a phase completes when its last arrival arrives: its copies land then, so shared memory read
+// before the wait holds what was there before (the poison of a new block), as on a GPU where the copy
+// has not landed yet. A wait no arrival can end is reported as a deadlock, with its line.
+#pragma once
+#include <cstdint>
+
+extern "C" {
+void __emu_mbarrier_init(int line, void* bar, unsigned count);
+void __emu_mbarrier_arrive(int line, void* bar, long long tx_bytes);
+void __emu_mbarrier_wait(int line, void* bar, unsigned parity);
+void __emu_bulk_copy(int line, void* dst, const void* src, unsigned bytes, void* bar);
+}
+
+#define mbarrier_init(bar, count) __emu_mbarrier_init(__LINE__, (bar), (count))
+#define mbarrier_arrive(bar) __emu_mbarrier_arrive(__LINE__, (bar), 0)
+#define mbarrier_arrive_expect_tx(bar, bytes) __emu_mbarrier_arrive(__LINE__, (bar), (long long)(bytes))
+#define mbarrier_wait_parity(bar, parity) __emu_mbarrier_wait(__LINE__, (bar), (parity))
+#define bulk_copy_g2s(dst, src, bytes, bar) __emu_bulk_copy(__LINE__, (dst), (src), (bytes), (bar))
+static inline void fence_mbarrier_init() {}
+static inline void fence_proxy_async() {}

@@ -1,0 +1,51 @@
+// The course's Hopper header for nvcc (sm_90): mbarriers and bulk asynchronous copies in inline PTX, so
+// that a student's source needs no asm of its own. The emulator's own, with the same calls and what each
+// does, is include/hopper.cuh.
+#pragma once
+#include <cstdint>
+
+static __device__ __forceinline__ unsigned __hopper_smem(const void* p)
+{
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+static __device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(__hopper_smem(bar)), "r"(count) : "memory");
+}
+
+static __device__ __forceinline__ void fence_mbarrier_init()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+static __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(__hopper_smem(bar)) : "memory");
+}
+
+static __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(__hopper_smem(bar)), "r"(bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, unsigned parity)
+{
+    asm volatile("{\n\t.reg .pred done;\n"
+                 "HOPPER_WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
+                 "@!done bra HOPPER_WAIT_%=;\n}"
+                 :: "r"(__hopper_smem(bar)), "r"(parity) : "memory");
+}
+
+static __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsigned bytes, uint64_t* bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(__hopper_smem(dst)), "l"(src), "r"(bytes), "r"(__hopper_smem(bar)) : "memory");
+}
+
+static __device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}

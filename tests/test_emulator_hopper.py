@@ -1,0 +1,105 @@
+"""The course's Hopper header (grader/emulator/runtime/include/hopper.cuh on the emulator,
+pycuda-include/hopper.cuh for nvcc): mbarriers with phases and bulk asynchronous copies. A ring of
+two stages streams tiles through shared memory; read before its wait, a tile is not there yet; a
+wait no arrival can end is a deadlock named by its line; a graded source may include the header, and
+nvcc accepts it for sm_90."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from grader.emulator import build
+from grader.emulator.build import PYCUDA_INCLUDE_DIR
+
+TILE = 256          # floats in a tile: one per thread, 1 KiB a copy
+
+RING = """#include "hopper.cuh"
+#define TILE 256
+__global__ void stream(const float* in, float* out, int tiles)
+{
+    __shared__ float4 stage[2][TILE / 4];
+    __shared__ uint64_t full[2];
+    const int t = threadIdx.x;
+    if (t == 0) {
+        mbarrier_init(&full[0], blockDim.x + EXTRA_ARRIVALS);
+        mbarrier_init(&full[1], blockDim.x + EXTRA_ARRIVALS);
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+    for (int i = 0; i < tiles; ++i) {
+        const int s = i % 2;
+        const float* tile = reinterpret_cast<const float*>(stage[s]);
+        if (t == 0) {
+            mbarrier_arrive_expect_tx(&full[s], TILE * 4);
+            bulk_copy_g2s(stage[s], in + i * TILE, TILE * 4, &full[s]);
+        } else {
+            mbarrier_arrive(&full[s]);
+        }
+        READ_EARLY
+        mbarrier_wait_parity(&full[s], (i / 2) % 2);
+        READ_LATE
+        out[i * TILE + t] = 2.0f * v;
+        __syncthreads();        // every thread has read the stage before it is filled again
+    }
+}
+"""
+LATE = {"EXTRA_ARRIVALS": "0", "READ_EARLY": "", "READ_LATE": "const float v = tile[t];"}
+
+
+def _ring(source_module, **changes):
+    source = RING
+    for name, text in {**LATE, **changes}.items():
+        source = source.replace(name, text)
+    return source_module(source, include_dirs=[str(PYCUDA_INCLUDE_DIR)]).get_function("stream")
+
+
+def _stream(cuda, kernel, tiles: int):
+    a = np.random.default_rng(5).random(tiles * TILE, dtype=np.float32)
+    out = np.full_like(a, np.nan)
+    kernel(cuda.In(a), cuda.Out(out), np.int32(tiles), block=(TILE, 1, 1), grid=(1, 1))
+    return a, out
+
+
+def test_a_ring_of_two_stages_streams_every_tile(cuda, source_module):
+    a, out = _stream(cuda, _ring(source_module), tiles=5)
+    assert np.array_equal(out, 2 * a)
+
+
+def test_a_tile_read_before_its_wait_is_not_there_yet(cuda, source_module):
+    early = _ring(source_module, READ_EARLY="const float v = tile[t];", READ_LATE="")
+    a, out = _stream(cuda, early, tiles=3)
+    wrong = out != 2 * a
+    assert wrong.reshape(3, TILE).mean(axis=1).min() > 0.5, wrong.reshape(3, TILE).mean(axis=1)
+
+
+def test_a_wait_no_arrival_can_end_is_a_deadlock_with_its_line(cuda, source_module):
+    kernel = _ring(source_module, EXTRA_ARRIVALS="1")       # one arrival more than the block makes
+    line = RING.splitlines().index("        mbarrier_wait_parity(&full[s], (i / 2) % 2);") + 1
+    with pytest.raises(cuda.LaunchError) as err:
+        _stream(cuda, kernel, tiles=2)
+    message = str(err.value)
+    assert err.value.kind == "deadlock", message
+    assert f"256 thread(s) wait on an mbarrier on line {line} for its phase of parity 0" in message, message
+    assert "1 of its 257 arrival(s)" in message, message
+
+
+def _ring_source() -> str:
+    source = RING
+    for name, text in LATE.items():
+        source = source.replace(name, text)
+    return source
+
+
+def test_a_graded_source_may_include_the_header():
+    assert build.refusals(_ring_source()) == []
+    assert build.refusals(_ring_source() + '#include <fstream>\n')        # what it may not include, still not
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_nvcc_accepts_the_gpu_header(tmp_path):
+    source = _ring_source()
+    (tmp_path / "ring.cu").write_text(source)
+    p = subprocess.run(["nvcc", "--cubin", "-arch=sm_90", f"-I{PYCUDA_INCLUDE_DIR}", "-o", str(tmp_path / "ring.cubin"),
+                        str(tmp_path / "ring.cu")], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr

@@ -2,7 +2,8 @@
 library function ran the library function, launches from two host threads at
 once crashed, a Fortran-ordered array was stored row-major, and a store into a
 buffer that the host happened to place beside the block's shared arrays was
-reported as a shared-memory index out of bounds.
+reported as a shared-memory index out of bounds, and a kernel built before one of
+the emulator's CUDA headers changed was loaded after it.
 Each program runs in a fresh process, so a crash or a hang fails the test
 instead of ending the test run."""
 import subprocess
@@ -197,3 +198,18 @@ def test_a_store_into_a_buffer_beside_the_shared_arrays_is_global():
         print("findings", len(report.out_of_bounds))
     """, timeout=300)
     assert "findings 0" in out, out
+
+
+def test_a_changed_emulator_header_rebuilds_the_kernels(tmp_path, monkeypatch):
+    """A kernel's cached build stood for the emulator's CUDA headers as they were when it was built: one
+    built before a header changed was loaded after it."""
+    import shutil
+
+    from grader.emulator import build
+    source = '#include <cuda_pipeline.h>\n__global__ void k(float* x) { x[threadIdx.x] = 1.0f; }\n'
+    before = build.build_module(source, no_extern_c=True).library.name
+    headers = tmp_path / "include"
+    shutil.copytree(build.STUB_INCLUDE_DIR, headers)
+    (headers / "cuda_pipeline.h").write_text((headers / "cuda_pipeline.h").read_text() + "// changed\n")
+    monkeypatch.setattr(build, "STUB_INCLUDE_DIR", headers)
+    assert build.build_module(source, no_extern_c=True).library.name != before

@@ -486,7 +486,7 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
                   analysis: bool) -> BuiltModule:
     extra_flags = ANALYSIS_FLAGS if analysis else ("-O2",)
     tool = None if analysis else nvcc()
-    headers = b"".join(p.read_bytes() for p in sorted(PYCUDA_INCLUDE_DIR.iterdir()))
+    headers = b"".join(p.read_bytes() for d in (STUB_INCLUDE_DIR, PYCUDA_INCLUDE_DIR) for p in sorted(d.iterdir()))
     key = _digest(source, options, include_dirs, no_extern_c, extra_flags, MODULE_LINK_FLAGS, headers, runtime_library().name,
                   _compiler_id(cxx()), tool and _compiler_id(tool))
     lib = cache_dir() / f"kernel-{key}.so"

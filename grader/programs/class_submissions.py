@@ -102,7 +102,8 @@ def _cell(code: str):
 KINDS = {
     "correct": ("the reference solution", None),
     "hangs": ("a kernel that spins forever", _hangs),
-    "lock-grab": ("correct; a cell tries to take every GPU lock and holds on for 20 s (2 s on the emulator)", _cell(LOCK_GRAB)),
+    "lock-grab": ("correct; a cell tries to take every GPU lock and holds on for 20 s (2 s on the emulator)",
+                  _cell(LOCK_GRAB)),
     "naive-strided": ("correct, slow: one element per thread, uncoalesced", lambda c: _body(c, STRIDED_BODY)),
     "no-bounds-check": ("wrong where M, N or K are not multiples of TILE", _no_bounds_check),
     "gpu-hog": ("correct; a cell keeps the GPU busy for 20 s with its own launches", _cell(GPU_HOG)),

@@ -55,7 +55,6 @@ struct Mbarrier {
     unsigned expected = 0, pending = 0;
     long long tx = 0;          // bytes announced and not landed
     int phase = 0;             // the parity of the phase in progress
-    int init_line = 0;
     struct Copy { void* dst; const void* src; unsigned bytes; };
     std::vector<Copy> copies;
 };
@@ -537,7 +536,6 @@ extern "C" void __emu_mbarrier_init(int line, void* bar, unsigned count) {
     Mbarrier& m = L.mbarriers[bar];
     m = Mbarrier();
     m.expected = m.pending = count;
-    m.init_line = line;
 }
 
 extern "C" void __emu_mbarrier_arrive(int line, void* bar, long long tx_bytes) {

@@ -192,7 +192,7 @@ def test_the_reference_is_built_once_for_every_process(tmp_path):
             "r = run_check('naive', 'correctness', sys.stdin.read(), seed=1)\n"
             "print(r.status, reference_cache())\n")
 
-    def grade() -> tuple[str, dict]:
+    def grade() -> tuple[Path, dict]:
         p = subprocess.run([sys.executable, "-c", code], input=NAIVE, capture_output=True, text=True, env=env,
                            cwd=REPO, timeout=300)
         assert p.returncode == 0 and p.stdout.startswith(PASSED), p.stdout + p.stderr

@@ -48,11 +48,15 @@ __global__ void stream(const float* in, float* out, int tiles)
 LATE = {"EXTRA_ARRIVALS": "0", "READ_EARLY": "", "READ_LATE": "const float v = tile[t];"}
 
 
-def _ring(source_module, **changes):
+def _ring_source(**changes) -> str:
     source = RING
     for name, text in {**LATE, **changes}.items():
         source = source.replace(name, text)
-    return source_module(source, include_dirs=[str(PYCUDA_INCLUDE_DIR)]).get_function("stream")
+    return source
+
+
+def _ring(source_module, **changes):
+    return source_module(_ring_source(**changes), include_dirs=[str(PYCUDA_INCLUDE_DIR)]).get_function("stream")
 
 
 def _stream(cuda, kernel, tiles: int):
@@ -87,13 +91,6 @@ def test_a_wait_no_arrival_can_end_is_a_deadlock_with_its_line(cuda, source_modu
     assert "1 of its 257 arrival(s)" in message, message
 
 
-def _ring_source() -> str:
-    source = RING
-    for name, text in LATE.items():
-        source = source.replace(name, text)
-    return source
-
-
 def test_a_graded_source_may_include_the_header():
     assert build.refusals(_ring_source()) == []
     assert build.refusals(_ring_source() + '#include <fstream>\n')        # what it may not include, still not
@@ -101,8 +98,7 @@ def test_a_graded_source_may_include_the_header():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_nvcc_accepts_the_gpu_header(tmp_path):
-    source = _ring_source()
-    (tmp_path / "ring.cu").write_text(source)
+    (tmp_path / "ring.cu").write_text(_ring_source())
     p = subprocess.run(["nvcc", "--cubin", "-arch=sm_90", f"-I{PYCUDA_INCLUDE_DIR}", "-o", str(tmp_path / "ring.cubin"),
                         str(tmp_path / "ring.cu")], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+import pytest
 
 import grader
 from grader.grading.checks import shortest_paths as checks
@@ -21,6 +22,23 @@ def test_dijkstra_convention():
     C = np.array([[1, 2], [3, 4]], np.float32)
     d = sssp.dijkstra(C, 0)
     assert d.tolist() == [[0, 2], [3, 6]]          # entering v costs C[v]; the source's own cost is not counted
+
+
+@pytest.mark.parametrize("seed", [1, 2696578306])
+def test_the_largest_shapes_put_both_sources_in_a_bottom_corner(seed):
+    """So that distances cross tile edges upward and sideways on every seed: a kernel that never loads one
+    side of its halo is wrong everywhere, not only on the seeds whose sources happen to lie low."""
+    rng = np.random.default_rng(seed)
+    corners = []
+    for i, (M, N, K) in enumerate(checks.SHAPES):
+        A, B = checks.inputs(i, rng)
+        assert A.shape == (M, K) and B.shape == (K, N)
+        if i in checks.PLANTED:
+            (_, r1, c1), (_, r2, c2) = top2.reference_top2(A @ B, N)
+            row, col = checks.PLANTED[i]
+            assert r1 == M - 1 and c1 == col % N and (r2 == M - 1 or c2 == col % N), (i, r1, c1, r2, c2)
+            corners.append(col % N)
+    assert corners == [0, checks.SHAPES[5][1] - 1]
 
 
 def test_distances_pass():

@@ -17,10 +17,13 @@ same.
 """
 from __future__ import annotations
 
+import atexit
 import copy
+import functools
 import os
 import shutil
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -106,9 +109,24 @@ def replace(cell, old: str, new: str, once: bool = False) -> None:
     cell.source = cell.source.replace(old, new)
 
 
+@functools.lru_cache(maxsize=None)
+def _empty_gradebook() -> Path:
+    """An empty gradebook of the course, made once per process: nbgrader runs alembic (seconds of CPU)
+    for every gradebook it creates."""
+    from nbgrader.api import Gradebook
+    folder = tempfile.mkdtemp(prefix="gradebook-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = Path(folder, "gradebook.db")
+    with Gradebook(f"sqlite:///{path}", course_id=COURSE_ID):
+        pass
+    return path
+
+
 def new_course(course: Path, labs) -> Path:
-    """The folder made a course: the repository's nbgrader_config.py and the labs' source notebooks."""
+    """The folder made a course: the repository's nbgrader_config.py, the labs' source notebooks and an
+    empty gradebook."""
     shutil.copy(REPO / "nbgrader_config.py", course / "nbgrader_config.py")
+    shutil.copy(_empty_gradebook(), course / "gradebook.db")
     for lab in labs:
         shutil.copytree(REPO / "labs" / lab, course / "labs" / lab,
                         ignore=shutil.ignore_patterns("*.py", "__pycache__", ".ipynb_checkpoints"))

@@ -176,6 +176,23 @@ def test_cstdio_does_not_reach_the_c_library(untrusted, grader_settings):
 
 
 @emulator_only
+def test_a_process_handed_the_baseline_builds_none_of_its_own(untrusted, grader_settings, monkeypatch):
+    """Grading processes get the baseline imports from the grader (grader.grading.isolation.trusted_builds)
+    instead of building the baseline kernel in their own caches; the imports are still checked."""
+    given = build.baseline_imports()
+    grader_settings(emulator_nvcc=False).configure_emulator(baselines=given)
+    monkeypatch.setattr(build, "_baselines", {})
+    built = []
+    real = build._build_module
+    monkeypatch.setattr(build, "_build_module", lambda source, *a: built.append(source) or real(source, *a))
+    build.build_module(KERNEL)
+    with pytest.raises(build.BuildError) as e:
+        build.build_module("#include <cstdio>\n__global__ void k() { FILE* f = fopen(\"/tmp/x\", \"w\"); }\n")
+    assert [f.kind for f in e.value.refusals] == ["imports"]
+    assert policy.BASELINE_SOURCE not in built and len(built) == 2
+
+
+@emulator_only
 def test_a_refusal_reaches_pycuda_with_its_kinds(cuda, source_module, untrusted):
     with pytest.raises(cuda.CompileError) as e:
         source_module("__global__ void k() { asm(\"nop\"); }\n")

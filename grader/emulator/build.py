@@ -471,14 +471,26 @@ def _refuse(findings: list[policy.Finding]) -> None:
 
 
 _baselines: dict = {}
+BASELINE_KINDS = ((False, False), (False, True), (True, False), (True, True))   # (no_extern_c, analysis)
+
+
+def baseline_imports() -> list[list[str]]:
+    """What a trusted kernel's builds import on this toolchain, one list per BASELINE_KINDS: found once
+    by a trusted process and handed to the processes that build untrusted sources
+    (config.configure(baselines=...)), which then build no baseline of their own."""
+    return [sorted(_baseline_imports(*kind)) for kind in BASELINE_KINDS]
 
 
 def _baseline_imports(no_extern_c: bool, analysis: bool) -> frozenset:
     """What a trusted kernel's build imports on this toolchain (grader.emulator.policy.BASELINE_SOURCE)."""
     key = (no_extern_c, analysis)
     if key not in _baselines:
-        built = _build_module(policy.BASELINE_SOURCE, [], [], no_extern_c, analysis)
-        _baselines[key] = frozenset(policy.imported_symbols(built.library))
+        given = config.prebuilt_baselines()
+        if given is not None:
+            _baselines[key] = frozenset(given[BASELINE_KINDS.index(key)])
+        else:
+            built = _build_module(policy.BASELINE_SOURCE, [], [], no_extern_c, analysis)
+            _baselines[key] = frozenset(policy.imported_symbols(built.library))
     return _baselines[key]
 
 

@@ -17,22 +17,29 @@ _settings = {
     "nvcc": True,
     "memory": None,
     "runtime": None,
+    "baselines": None,
     "launch_seconds": 0.0,
 }
 
 
 def configure(cache_dir: Path | None = None, nvcc: bool = True, launch_timeout: float = 60.0,
-              device_memory: int | None = None, runtime: tuple[str, str] | None = None) -> None:
+              device_memory: int | None = None, runtime: tuple[str, str] | None = None,
+              baselines: list[list[str]] | None = None) -> None:
     """Where builds are cached (default ~/.cache/grader-emulator), whether nvcc also compiles
     each source where it is installed, seconds one launch may run, bytes of device memory
-    (default: the H200's, or the host's where that is less), and a runtime library already
-    built elsewhere: (its path, its SHA-256), loaded only when its bytes have that hash."""
+    (default: the H200's, or the host's where that is less), a runtime library already
+    built elsewhere: (its path, its SHA-256), loaded only when its bytes have that hash, and
+    the source policy's baseline imports found elsewhere (build.baseline_imports())."""
     _settings.update(cache=None if cache_dir is None else Path(cache_dir), nvcc=bool(nvcc),
-                     timeout=float(launch_timeout), memory=device_memory, runtime=runtime)
+                     timeout=float(launch_timeout), memory=device_memory, runtime=runtime, baselines=baselines)
 
 
 def prebuilt_runtime() -> tuple[str, str] | None:
     return _settings["runtime"]
+
+
+def prebuilt_baselines() -> list[list[str]] | None:
+    return _settings["baselines"]
 
 
 def cache_dir() -> Path:

@@ -16,7 +16,8 @@ after it is the submission's. A submission's builds go to a cache folder of
 its own (no two submissions share one); the reference solutions' builds are
 kept in the emulator's cache, which no submission's process can write; the
 emulator's runtime library is built once here and handed over with its
-SHA-256, which the process checks.
+SHA-256, which the process checks, and so are the imports of a trusted
+kernel's builds, the source policy's baseline.
 
 Launch budgets: a kernel launch is stopped once it has run HANG_FACTOR times
 as long as the reference solution's same launch. The reference's times come
@@ -119,17 +120,20 @@ def reference_cache() -> str:
     return path
 
 
-_runtime: tuple[str, str] | None = None
+_trusted: dict | None = None
 
 
-def trusted_runtime() -> tuple[str, str]:
-    """The emulator's runtime library, built (or verified) by this process: (path, SHA-256)."""
-    global _runtime
-    if _runtime is None:
+def trusted_builds() -> dict:
+    """What this process builds (or verifies) for its grading processes: the emulator's runtime library,
+    "runtime": (path, SHA-256), and "baselines": the imports of a trusted kernel's builds
+    (grader.emulator.build.baseline_imports), kept in the emulator's cache between processes."""
+    global _trusted
+    if _trusted is None:
         settings.current()
         path = build.runtime_library()
-        _runtime = (str(path), hashlib.sha256(path.read_bytes()).hexdigest())
-    return _runtime
+        _trusted = {"runtime": (str(path), hashlib.sha256(path.read_bytes()).hexdigest()),
+                    "baselines": build.baseline_imports()}
+    return _trusted
 
 
 # ---- the parent's side ----------------------------------------------------------------------
@@ -239,7 +243,7 @@ def _collect_held(name: str, spec, exercise: str, submission: str, seed: int, jo
         job = {"exercise": exercise, "check": None if spec is None else spec.name, "submission": submission, "seed": seed,
                "settings": job_settings.with_(gpu_lock_log=None).to_dict(),      # the lock's holders log, here
                "budgets": budgets, "measure": measure, "path": interpreter.import_path(),
-               "runtime": trusted_runtime(), "result_fd": write_fd, "launch_timeout": max(5.0, timeout * 0.8),
+               **trusted_builds(), "result_fd": write_fd, "launch_timeout": max(5.0, timeout * 0.8),
                "cpu_seconds": timeout + 60, "gpu_lock": lock.mode, "gpu_lock_pipe": lock.pipe}
         writable = [tmp, job_settings.emulator_cache]
         if job_settings.backend == "gpu" and lock.mode is None:
@@ -378,7 +382,8 @@ def child(job: dict) -> int:
     """A grading process: start, say so, collect, write the outputs."""
     warnings.simplefilter("ignore")
     pipe = os.fdopen(job["result_fd"], "wb")
-    job_settings = settings.use(Settings.from_dict(job["settings"]), runtime=tuple(job["runtime"]))
+    job_settings = settings.use(Settings.from_dict(job["settings"]), runtime=tuple(job["runtime"]),
+                                baselines=job["baselines"])
     _apply_limits(job["cpu_seconds"], gpu=job_settings.backend == "gpu")
     for sub in COMPILER_CACHES.values():     # made here: a folder the grader made would not be the sandbox's to write
         os.makedirs(os.path.join(job_settings.emulator_cache, sub), exist_ok=True)

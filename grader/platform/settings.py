@@ -66,12 +66,13 @@ class Settings:
     def with_(self, **changes) -> Settings:
         return replace(self, **changes)
 
-    def configure_emulator(self, runtime: tuple[str, str] | None = None) -> None:
-        """Hand the emulator its settings (it reads no environment itself); `runtime`: a runtime
-        library built elsewhere, (path, SHA-256)."""
+    def configure_emulator(self, runtime: tuple[str, str] | None = None,
+                           baselines: list[list[str]] | None = None) -> None:
+        """Hand the emulator its settings (it reads no environment itself); `runtime` and `baselines`:
+        what a trusted process built, grader.grading.isolation.trusted_builds()."""
         emulator.configure(cache_dir=Path(self.emulator_cache), nvcc=self.emulator_nvcc,
                            launch_timeout=self.emulator_timeout, device_memory=self.emulator_memory,
-                           runtime=runtime)
+                           runtime=runtime, baselines=baselines)
 
 
 def _flag(value: str, name: str) -> bool:
@@ -109,11 +110,12 @@ def current() -> Settings:
     return _current
 
 
-def use(settings: Settings, runtime: tuple[str, str] | None = None) -> Settings:
+def use(settings: Settings, runtime: tuple[str, str] | None = None,
+        baselines: list[list[str]] | None = None) -> Settings:
     """Make `settings` this process's (a grading process: those of its job), and hand the emulator its part."""
     global _current
     _current = settings
-    settings.configure_emulator(runtime)
+    settings.configure_emulator(runtime, baselines)
     return settings
 
 

@@ -9,6 +9,15 @@ ON_EMULATOR = grader.BACKEND.name == "emulator"
 
 emulator_only = pytest.mark.skipif(not ON_EMULATOR, reason="checks emulator-specific behaviour "
                                    "(on a GPU this kernel would hang or fault the device)")
+LONG = ("pipeline", "browser", "slurm")       # the markers of the tests that take minutes
+
+
+def pytest_collection_modifyitems(items):
+    """The files holding long tests first, each file's tests in their order: pytest-xdist hands out whole files
+    (--dist loadfile) in this order, so the short ones fill the workers at the end instead of one long file
+    running alone."""
+    long_files = {item.path for item in items if any(item.get_closest_marker(m) for m in LONG)}
+    items.sort(key=lambda item: item.path not in long_files)
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 Students and instructors:
   check FILE --exercise ID [--checks a,b] [--seed N] [--json]   grade a .cu file or a notebook's kernel
+  predict FILE --exercise ID [--gpu NAME] [--json]           its GFLOPS on the H200, predicted without a GPU
   student LAB [--to DIR] [--force]                           a student's copy of a lab (student/LAB/)
   autograde COURSE_DIR ASSIGNMENT [--workers N] [--gpus LIST] [--slurm ...]
                                                              nbgrader's autograde of a whole class, in parallel
@@ -26,6 +27,7 @@ import sys
 
 COMMANDS = {
     "check": "grader.programs.check",
+    "predict": "grader.programs.predict",
     "student": "grader.course.student",
     "autograde": "grader.course.class_autograde",
     "regrade": "grader.course.regrade",

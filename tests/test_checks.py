@@ -120,10 +120,15 @@ def test_bank_conflicts_fail_a_stage_that_must_be_conflict_free():
 
 # ---- performance and thresholds ------------------------------------------------------------
 @pytest.mark.skipif(not ON_EMULATOR, reason="the emulator refuses to time")
-def test_performance_not_graded_without_gpu():
+def test_performance_not_graded_without_gpu_but_predicted():
     r = run("performance", TILED)
     assert r.status == NOT_GRADED and r.points == 0 and "not graded: no GPU" in r.message
+    assert "M=4096 N=4096 K=4096 predicted on an H200: about " in r.message
+    assert r.message.endswith("this stage needs >= 0.1 x cuBLAS") and r.details["predicted"]["gflops"] > 0
     assert CheckReport("smem-tiling", [r]).points("performance", 2) == 0.0
+    wrong = run("performance", SWAPPED)
+    assert wrong.status == NOT_GRADED and wrong.points == 0
+    assert "no prediction of its speed: its C is wrong at M=128 N=128 K=128" in wrong.message
 
 
 def test_thresholds_table_and_overrides(tmp_path, grader_settings):

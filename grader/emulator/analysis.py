@@ -198,6 +198,7 @@ class Report:
     out_of_bounds: list[Finding] = field(default_factory=list)
     launches: int = 0
     global_dropped: int = 0  # global accesses left out of the counts (a block past the runtime's request limit)
+    barriers: int = 0        # __syncthreads() a whole block passed, summed over blocks and launches
 
     @property
     def conflicts_ld(self) -> int:
@@ -420,6 +421,8 @@ def collect(loaded, kernel_name: str, block_dims, buffer_names: list[str],
             sector_picture(list(g.worst_addr), g.worst_lanes, g.size, bool(g.store)), g.worst_excess))
     rt.emu_analysis_global_dropped.restype = ctypes.c_ulonglong
     report.global_dropped = int(rt.emu_analysis_global_dropped())
+    rt.emu_analysis_barriers.restype = ctypes.c_ulonglong
+    report.barriers += int(rt.emu_analysis_barriers())
     n = rt.emu_analysis_races(None, 0)
     races = (_Race * n)()
     rt.emu_analysis_races(races, n)

@@ -56,6 +56,7 @@ static std::map<std::pair<uintptr_t, int>, EmuGlobalStats> global_sites;
 // (about 80 MB), new ones are counted as dropped instead (a long-running loop).
 static const size_t kMaxGlobalRequests = size_t(1) << 18;
 static unsigned long long global_dropped;  // accesses not counted, since the analysis was enabled
+static unsigned long long barriers;        // __syncthreads() releases of whole blocks, since then
 
 struct Shadow {
     unsigned write_epoch, write_wepoch, read_epoch, read_wepoch;
@@ -106,7 +107,7 @@ void begin_block(uint3 b) {
     global_requests.clear();
 }
 
-void barrier_released() { epoch++; }
+void barrier_released() { epoch++; barriers++; }
 void warp_released(unsigned warp) { warp_epoch[warp]++; }
 
 // ---- bank conflicts -----------------------------------------------------------
@@ -391,6 +392,7 @@ extern "C" void emu_analysis_enable(int on) {
     emu::analysis::sites.clear();
     emu::analysis::global_sites.clear();
     emu::analysis::global_dropped = 0;
+    emu::analysis::barriers = 0;
     emu::analysis::races.clear();
     emu::analysis::findings.clear();
 }
@@ -409,6 +411,8 @@ extern "C" size_t emu_analysis_global_sites(EmuGlobalStats* out, size_t cap) {
 
 extern "C" unsigned long long emu_analysis_global_dropped(void) { return emu::analysis::global_dropped; }
 
+extern "C" unsigned long long emu_analysis_barriers(void) { return emu::analysis::barriers; }
+
 extern "C" size_t emu_analysis_races(EmuRace* out, size_t cap) {
     size_t n = 0;
     for (auto& kv : emu::analysis::races) if (n < cap) out[n++] = kv.second;
@@ -422,6 +426,7 @@ extern "C" size_t emu_analysis_findings(EmuFinding* out, size_t cap) {
 }
 
 extern "C" void emu_analysis_clear(void) {
+    emu::analysis::barriers = 0;
     emu::analysis::sites.clear();
     emu::analysis::global_sites.clear();
     emu::analysis::races.clear();

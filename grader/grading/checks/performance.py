@@ -1,6 +1,7 @@
 """GFLOPS of the kernel against cuBLAS SGEMM on the same GPU, same inputs,
 same run (grader.kernels.timing), and the stage's threshold from grader/grading/checks/thresholds.json.
-On the emulator: "not graded: no GPU" - never a pass."""
+On the emulator: "not graded: no GPU" - never a pass - with the speed the
+model predicts on the H200 (grader.kernels.prediction), which gives no points."""
 from __future__ import annotations
 
 from grader.grading import answers
@@ -8,12 +9,15 @@ from grader.grading.checks import correctness, thresholds
 from grader.grading.checks.common import start_stage_collect
 from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import FAILED, NOT_GRADED, PASSED, CheckResult, png_base64
-from grader.kernels import timing
+from grader.kernels import prediction, timing
 from grader.kernels.sgemm import compile_kernel
 from grader.kernels.stages import stage as stage_by_id
+from grader.platform import devices
 
 NAME = "performance"
 BUDGET_S = 120.0        # the timed rounds (grader.kernels.timing's protocol) at most
+PREDICTED_ON = devices.H200     # the GPU a prediction is for, without one
+NO_GPU = "not graded: no GPU (performance is only measured, and its points only given, when the grader runs on a GPU)"
 
 
 def bar_chart(bars: list[tuple[str, float]], required: float, title: str) -> str:
@@ -44,7 +48,7 @@ def collect(source: str, seed: int, ctx: Context) -> Outputs:
     previous stage's reference where the threshold asks for it."""
     stage = ctx.stage
     if not ctx.gpu:
-        return {}, {}
+        return _predicted_counts(source, ctx), {}
     meta, function = start_stage_collect(stage, source)
     if function is None:
         return meta, {}
@@ -68,13 +72,42 @@ def collect(source: str, seed: int, ctx: Context) -> Outputs:
     return meta, arrays
 
 
+def _predicted_counts(source: str, ctx: Context) -> dict:
+    """On the emulator: what the kernel does at the timed size, for the prediction (nothing when the model
+    is not calibrated for PREDICTED_ON, or the kernel does not compile)."""
+    if prediction.calibration(PREDICTED_ON) is None:
+        return {}
+    M, N, K = thresholds.for_stage(ctx.stage.id).size
+    built = prediction.graded_build(ctx.stage, PREDICTED_ON.name, M, N, K)
+    meta, function = start_stage_collect(built, source, on_emulator=True)
+    if function is None:
+        return {}
+    try:
+        return {"counts": prediction.counts_data(prediction.count(built, function, M, N, K))}
+    except prediction.WrongSample as e:
+        return {"not_predicted": str(e)}
+
+
+def _not_graded(meta: dict, stage_id: str) -> CheckResult:
+    """The emulator's row: not graded, and what the model predicts on PREDICTED_ON (no points from it)."""
+    th = thresholds.for_stage(stage_id)
+    calibrated = prediction.calibration(PREDICTED_ON)
+    if meta.get("not_predicted"):
+        return CheckResult(NAME, NOT_GRADED, f"{NO_GPU}; no prediction of its speed: {meta['not_predicted']}", 0.0)
+    if "counts" not in meta or calibrated is None:
+        return CheckResult(NAME, NOT_GRADED, NO_GPU, 0.0)
+    p = prediction.predict(prediction.counts_from(meta["counts"]), PREDICTED_ON, calibrated)
+    M, N, K = th.size
+    return CheckResult(NAME, NOT_GRADED, f"{NO_GPU}; M={M} N={N} K={K} {p.describe()}; this stage needs "
+                       f"{th.describe()}", 0.0, details={"predicted": p.as_dict()})
+
+
 def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     """The verdict on collect()'s outputs: correctness first, then the GFLOPS against the stage's threshold."""
     meta, arrays = outputs
     stage = ctx.stage
     if not ctx.gpu:
-        return CheckResult(NAME, NOT_GRADED, "not graded: no GPU (performance is only measured, and its "
-                           "points only given, when the grader runs on a GPU)", 0.0)
+        return _not_graded(meta, stage.id)
     log = meta.get("log", "")
     if meta.get("compile_error") is not None:
         return CheckResult.make(NAME, False, f"the kernel does not compile:\n{meta['compile_error']}")

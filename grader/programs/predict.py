@@ -1,0 +1,211 @@
+"""`python -m grader predict FILE --exercise ID [--gpu NAME] [--json]`: a stage kernel's GFLOPS on a GPU
+the course names (default the H200), predicted on the emulator without that GPU (grader.kernels.prediction),
+at the size its performance check times. With --json, stdout holds only
+{"gflops", "low", "high", "ratio_to_cublas", "limiter"}.
+
+`python -m grader predict --calibrate RESULTS [--jobs N]`: fit the model's constants to the kernels timed in
+RESULTS (bench.json: every stage at every size; autotune.json: the warptiling kernel's configurations at the
+large-square shape). Configurations of even index are fitted, those of odd index are held out; the fit goes
+to grader/kernels/prediction.json, the table of predicted against measured to RESULTS/prediction.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from grader.grading.checks import thresholds
+from grader.kernels import prediction
+from grader.kernels.stages import STAGES, Stage, stage
+from grader.platform import devices
+from grader.platform.backend import drivers
+from grader.platform.compiler import CompileFailed, compile_kernels
+
+GRADER_FAILED = 3
+PREDICTED_STAGES = [s.id for s in STAGES]
+TUNED_CLASS = "large-square"     # the autotune records fitted and held out
+TUNED_EVERY = 3                  # of its configurations, every third (each costs seconds of emulation)
+START = {"l1": 4.0, "uncoalesced": 2.0, "barriers": 300.0, "scale": 1.0}     # the constants fitted, first guesses
+BOUNDS = {"l1": (0.05, 64), "uncoalesced": (0.05, 64), "barriers": (1.0, 1e5), "scale": (0.05, 5.0)}
+
+
+def counts_of(st: Stage, source: str | None, M: int, N: int, K: int, defines: dict | None = None,
+              sample_only: bool = False) -> prediction.Counts:
+    """The kernel's counts at M x N x K on the emulator (the reference source by default); with
+    `sample_only`, those of the sampled launch, unscaled."""
+    functions, _ = compile_kernels(st.source() if source is None else source, [st.kernel], st.options(defines),
+                                   on_emulator=True)
+    if sample_only:
+        shape = prediction.sample_shape(M, N, K, {**st.defines, **(defines or {})})
+        return prediction.sampled(st, functions[st.kernel], *shape, defines)
+    return prediction.count(st, functions[st.kernel], M, N, K, defines)
+
+
+def predict_file(args) -> int:
+    device = devices.known(args.gpu)
+    if device is None:
+        print(f"no GPU named '{args.gpu}' in the course's table: {', '.join(devices.DEVICES)}")
+        return 2
+    calibrated = prediction.calibration(device)
+    if calibrated is None:
+        print(f"the model is not calibrated for the {device.name}")
+        return 2
+    M, N, K = thresholds.for_stage(args.exercise).size
+    try:
+        counts = counts_of(prediction.graded_build(stage(args.exercise), device.name, M, N, K),
+                           Path(args.file).read_text(), M, N, K)
+    except CompileFailed as e:
+        print(f"the kernel does not compile:\n{e}")
+        return 1
+    except prediction.WrongSample as e:
+        print(f"not predicted: {e}")
+        return 1
+    p = prediction.predict(counts, device, calibrated)
+    print(json.dumps(p.as_dict()) if args.json else f"M={M} N={N} K={K}: {p.describe()}")
+    return 0
+
+
+# ---- calibration ----------------------------------------------------------------------------
+def _records(results: Path, gpu: str) -> list[dict]:
+    """Every kernel timed in the results: {stage, defines, M, N, K, gflops, cublas, fitted}."""
+    rows = []
+    bench = json.loads((results / "bench.json").read_text())
+    for r in bench["results"]:
+        if r.get("status") == "ok" and r.get("gflops"):
+            st = prediction.graded_build(stage(r["stage"]), gpu, r["M"], r["N"], r["K"])
+            rows.append({"kernel": r["stage"], "stage": st, "M": r["M"], "N": r["N"], "K": r["K"], "defines": None,
+                         "gflops": r["gflops"], "cublas": r["cublas_gflops"], "fitted": True})
+    tuned = json.loads((results / "autotune.json").read_text())["classes"][TUNED_CLASS]
+    M, N, K = tuned["shape"]
+    cublas = 2 * M * N * K / (tuned["cublas_ms"] * 1e-3) / 1e9
+    configs = [r for r in tuned["results"] if r["split_k"] == 1 and r.get("tflops")][::TUNED_EVERY]
+    for i, r in enumerate(configs):
+        name = "warptiling " + " ".join(f"{k}={v}" for k, v in r["config"].items())
+        rows.append({"kernel": name, "stage": stage("warptiling"), "M": M, "N": N, "K": K, "defines": r["config"],
+                     "gflops": r["tflops"] * 1e3, "cublas": cublas, "fitted": i % 2 == 0})
+    return rows
+
+
+def _sample_key(row: dict) -> str:
+    defines = {**row["stage"].defines, **(row["defines"] or {})}
+    return json.dumps([row["stage"].id, defines, prediction.sample_shape(row["M"], row["N"], row["K"], defines)])
+
+
+def _sampled(row: dict) -> prediction.Counts | str:
+    try:
+        return counts_of(row["stage"], None, row["M"], row["N"], row["K"], row["defines"], sample_only=True)
+    except (CompileFailed, prediction.WrongSample) as e:
+        return str(e)
+
+
+def _errors(rows: list[dict], device, constants: dict) -> np.ndarray:
+    """log(predicted time / measured time) per row."""
+    out = []
+    for r in rows:
+        c = prediction.counts_from(r["counts"])
+        t, _ = prediction.seconds(c, device, constants)
+        measured = 2 * c.fmas / (r["gflops"] * 1e9)
+        out.append(math.log(t / measured))
+    return np.array(out)
+
+
+def _fit(rows: list[dict], device) -> dict:
+    names = list(START)
+
+    def constants(x) -> dict:
+        return dict(zip(names, np.exp(x)))
+
+    x0 = np.log([START[n] for n in names])
+    fit = least_squares(lambda x: _errors(rows, device, constants(x)), x0,
+                        bounds=(np.log([BOUNDS[n][0] for n in names]), np.log([BOUNDS[n][1] for n in names])))
+    return constants(fit.x)
+
+
+def calibrate(results: Path, jobs: int, gpu: str = "NVIDIA H200") -> int:
+    device = devices.known(gpu)
+    rows = _records(results, gpu)
+    print(f"counting {len(rows)} timed kernels on the emulator ({jobs} processes) ...", flush=True)
+    drivers(on_emulator=True)
+    distinct = {_sample_key(r): r for r in rows}
+    with ProcessPoolExecutor(jobs) as pool:
+        samples = dict(zip(distinct, pool.map(_sampled, distinct.values())))
+    for r in rows:
+        s = samples[_sample_key(r)]
+        if isinstance(s, str):
+            r["problem"] = s
+        else:
+            r["counts"] = prediction.counts_data(prediction.scaled(s, r["stage"], r["M"], r["N"], r["K"],
+                                                                   r["defines"]))
+    skipped = [r for r in rows if "counts" not in r]
+    rows = [r for r in rows if "counts" in r]
+    fitted = [r for r in rows if r["fitted"]]
+    held = [r for r in rows if not r["fitted"]]
+    constants = _fit(fitted, device)
+    fit_err = -_errors(fitted, device, constants)          # log(measured / predicted) GFLOPS
+    held_err = -_errors(held, device, constants)
+    spread = [float(np.quantile(fit_err, 0.1)), float(np.quantile(fit_err, 0.9))]
+    cublas = {f"{r['M']}x{r['N']}x{r['K']}": r["cublas"] for r in rows}
+    summary = {"fitted": len(fitted), "held_out": len(held),
+               "held_out_median_error": statistics.median(abs(math.exp(e) - 1) for e in held_err),
+               "held_out_worst_factor": math.exp(max(abs(e) for e in held_err)),
+               "fitted_median_error": statistics.median(abs(math.exp(e) - 1) for e in fit_err)}
+    table = json.loads(prediction.CALIBRATION_PATH.read_text()) if prediction.CALIBRATION_PATH.exists() else {}
+    table[device.name] = {"constants": constants, "spread": spread, "cublas_gflops": cublas,
+                          "calibrated_on": f"{results.as_posix()} ({datetime.date.today()})", **summary}
+    prediction.CALIBRATION_PATH.write_text(json.dumps(table, indent=1) + "\n")
+    _write_table(results, device, constants, rows, skipped, summary)
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+def _write_table(results: Path, device, constants: dict, rows: list[dict], skipped: list[dict], summary: dict):
+    calibrated = {"constants": constants, "spread": [0.0, 0.0], "cublas_gflops": {}}
+    lines = [f"# Predicted against measured GFLOPS, {device.name}", "",
+             "Command, from the repository root (no GPU needed: it reads the times recorded here):", "", "```",
+             f"python3 -m grader predict --calibrate {results.as_posix()}", "```", "",
+             f"Fitted on {summary['fitted']} kernels (every stage at every size of bench.json, the even-numbered "
+             f"configurations of autotune.json's {TUNED_CLASS} class); held out: the other "
+             f"{summary['held_out']} configurations. Median error of the predicted GFLOPS: "
+             f"{summary['fitted_median_error']:.1%} fitted, {summary['held_out_median_error']:.1%} held out; the worst "
+             f"held-out kernel is off by a factor of {summary['held_out_worst_factor']:.2f}.", "",
+             "Constants: " + ", ".join(f"{k} {v:.3g}" for k, v in constants.items()), "",
+             "| kernel | shape | set | measured GFLOPS | predicted | error | limited by |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        c = prediction.counts_from(r["counts"])
+        p = prediction.predict(c, device, calibrated)
+        lines.append(f"| {r['kernel']} | {r['M']}x{r['N']}x{r['K']} | {'fitted' if r['fitted'] else 'held out'} | "
+                     f"{r['gflops']:.0f} | {p.gflops:.0f} | {p.gflops / r['gflops'] - 1:+.1%} | {p.limiter} |")
+    lines += [""] + [f"Not counted: {r['kernel']} at {r['M']}x{r['N']}x{r['K']}: {r['problem']}" for r in skipped]
+    (results / "prediction.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grader predict", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("file", nargs="?", help="the kernel's .cu file")
+    parser.add_argument("--exercise", "--stage", choices=PREDICTED_STAGES)
+    parser.add_argument("--gpu", default="NVIDIA H200")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--calibrate", metavar="RESULTS", help="fit the model to the times recorded in RESULTS")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    if args.calibrate:
+        return calibrate(Path(args.calibrate), args.jobs, args.gpu)
+    if not args.file or not args.exercise:
+        parser.print_usage()
+        return 2
+    return predict_file(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

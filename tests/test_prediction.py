@@ -1,0 +1,85 @@
+"""The speed model (grader.kernels.prediction): counts sampled on the emulator and scaled to the timed launch,
+the calibrated H200 model against the H200's own ordering of the stages, and `python -m grader predict`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.kernels import prediction
+from grader.kernels.stages import STAGES, stage
+from grader.platform import devices
+from grader.platform.compiler import compile_kernels
+
+REPO = Path(__file__).resolve().parent.parent
+H200 = devices.H200
+SIZE = (4096, 4096, 4096)
+
+
+def emulated(st, source: str | None = None):
+    functions, _ = compile_kernels(source or st.source(), [st.kernel], st.options(), on_emulator=True)
+    return functions[st.kernel]
+
+
+def test_counts_per_fma_do_not_depend_on_the_size():
+    st = stage("blocktile-2d")
+    function = emulated(st)
+    big, other = prediction.count(st, function, *SIZE), prediction.count(st, function, 2048, 1024, 8192)
+    for field in ("shared_wavefronts", "load_sectors", "barriers"):
+        assert getattr(big, field) / big.fmas == pytest.approx(getattr(other, field) / other.fmas), field
+        assert getattr(big, field) > 0, field
+    assert big.store_sectors / (4096 * 4096) == pytest.approx(other.store_sectors / (2048 * 1024))
+    assert (big.blocks, other.blocks) == (32 * 32, 8 * 16) and big.threads == 256
+
+
+def test_a_wrong_kernel_is_not_predicted():
+    st = stage("coalesced")
+    wrong = st.source().replace("C[row * N + col] = sum", "C[row * N + col] = 2.0f * sum")
+    assert wrong != st.source()
+    with pytest.raises(prediction.WrongSample, match="its C is wrong at M=128 N=128 K=128"):
+        prediction.count(st, emulated(st, wrong), *SIZE)
+
+
+@pytest.fixture(scope="module")
+def predicted() -> dict[str, prediction.Prediction]:
+    calibrated = prediction.calibration(H200)
+    assert calibrated is not None, "grader/kernels/prediction.json has no H200 entry"
+    out = {}
+    for st in STAGES:
+        built = prediction.graded_build(st, H200.name, *SIZE)
+        out[st.id] = prediction.predict(prediction.count(built, emulated(built), *SIZE), H200, calibrated)
+    return out
+
+
+def test_the_stages_come_out_in_the_order_the_h200_puts_them(predicted):
+    measured = {r["stage"]: r["gflops"] for r in json.loads((REPO / "results/nvidia-h200/bench.json").read_text())
+                ["results"] if (r["M"], r["N"], r["K"]) == SIZE and r.get("gflops")}
+    ids = sorted(measured, key=measured.get)
+    for slower, faster in zip(ids, ids[1:]):
+        if measured[faster] > 1.02 * measured[slower]:        # warptiling and autotuned: one kernel, 0.2 % apart
+            assert predicted[faster].gflops > predicted[slower].gflops, (slower, faster, predicted)
+
+
+def test_a_prediction_names_its_limit_and_interval(predicted):
+    naive, tiled = predicted["naive"], predicted["smem-tiling"]
+    assert naive.limiter in (prediction.RESOURCES["l1"], prediction.RESOURCES["uncoalesced"])
+    assert tiled.limiter == prediction.RESOURCES["shared"]
+    for p in predicted.values():
+        assert p.low < p.gflops < p.high and p.cublas_gflops > 40000
+    text = predicted["vectorized"].describe()
+    assert text.startswith("predicted on an H200: about ") and "x cuBLAS), likely " in text
+
+
+def test_predict_prints_json_alone_within_30_seconds():
+    start = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "grader", "predict", str(REPO / "solutions" / "warptiling.cu"),
+                        "--exercise", "warptiling", "--json"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert time.monotonic() - start < 30
+    data = json.loads(p.stdout)
+    assert set(data) == {"gflops", "low", "high", "ratio_to_cublas", "limiter"}
+    assert data["low"] < data["gflops"] < data["high"] and 0 < data["ratio_to_cublas"] < 2

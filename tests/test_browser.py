@@ -427,6 +427,7 @@ def _student_session(page, url, server_log, release):
     assert rows["races"][0] == "passed", rows["races"]
     assert rows["performance"][0] == "not graded", rows["performance"]
     assert "not graded: no GPU" in " ".join(rows["performance"]), rows["performance"]
+    assert "predicted on an H200: about" in " ".join(rows["performance"]), rows["performance"]
     for check, (status, *_) in rows.items():
         assert status in ("passed", "not graded"), f"{check}: {rows[check]}"
     for t in tables:                           # the reference passes every self-check on the page

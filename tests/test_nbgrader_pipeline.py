@@ -365,7 +365,8 @@ def test_performance_reported_not_graded_without_gpu(course):
     if ON_GPU:
         pytest.skip("a GPU grades performance")
     course_dir, _ = course
-    assert "not graded: no GPU" in cell_output(course_dir, LAB2, "ref", "smem-tiling-performance")
+    text = cell_output(course_dir, LAB2, "ref", "smem-tiling-performance")
+    assert "not graded: no GPU" in text and "predicted on an H200: about" in text, text
     assert not stderr_in_graded_cells(course_dir, LAB2, "ref")
 
 

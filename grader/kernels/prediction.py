@@ -2,21 +2,24 @@
 
 The emulator runs the kernel once, under its analysis, on a sample of the
 timed launch: C of SAMPLE x SAMPLE (or one block tile, when larger), K of
-SAMPLE, the same build, tiles and threads. It counts what decides an SGEMM kernel's speed as
-Nsight Compute counts it: shared-memory wavefronts, global-memory sectors
-(and those beyond what coalesced requests would need), barriers. A tiled kernel's counts per FMA hardly change
-with the size, so they are scaled to the timed launch (loads, shared memory
-and barriers with M N K, stores with M N).
+SAMPLE, the same build, tiles and threads. It counts what decides an SGEMM
+kernel's speed as Nsight Compute counts it: shared-memory wavefronts,
+global-memory sectors (and those beyond what coalesced requests would need),
+barriers. A tiled kernel's counts per FMA hardly change with the size, so
+they are scaled to the timed launch (loads, shared memory and barriers with
+M N K, stores with M N).
 
-A model of the busiest SM turns the counts into cycles: for each resource,
-its work at its throughput (FMA lanes; shared-memory wavefronts; L1 sectors;
-the sectors uncoalesced requests add; barrier latency, hidden by the other
-blocks resident on the SM), summed and scaled (the parts overlap, but no
-kernel here overlaps them fully: a sum fits the H200's times better than a
-maximum or any power mean between). The throughputs nobody publishes and the
-scale are calibrated on kernels timed on that GPU (prediction.json,
-`python -m grader predict --calibrate`), which also keeps the spread of the
-calibration's errors: the interval given with each prediction.
+A model of the busiest SM turns the counts into cycles, round by round of
+the blocks it holds at once: each resource's work at its throughput (FMA
+lanes, shared-memory wavefronts, L1 sectors, the sectors uncoalesced
+requests add), one block's barrier latency (the other blocks held hide the
+rest), and the stalls that too few warps per scheduler leave unhidden. The
+parts are summed and scaled: they overlap, but no kernel here overlaps them
+fully, and a sum fits the H200's times better than a maximum or any power
+mean between. The throughputs nobody publishes and the scale are calibrated
+on kernels timed on that GPU (prediction.json, `python -m grader predict
+--calibrate`), which also keeps the spread of the calibration's errors: the
+interval given with each prediction.
 """
 from __future__ import annotations
 
@@ -39,7 +42,8 @@ WAVEFRONTS_PER_SM_CYCLE = 1             # shared memory: 32 banks of 4 bytes, on
 # What each part of the model says, for a student: the resource its cycles are spent on.
 RESOURCES = {"fma": "FP32 FMA throughput", "shared": "shared-memory bandwidth (wavefronts)",
              "l1": "L1 throughput for global memory (sectors)", "uncoalesced": "uncoalesced global accesses",
-             "barriers": "memory latency exposed at barriers"}
+             "barriers": "memory latency exposed at barriers",
+             "latency": "too few warps per SM to hide latency"}
 
 
 @dataclass(frozen=True)
@@ -135,17 +139,29 @@ def resident_blocks(c: Counts, device: Device) -> int:
 
 
 def cycles(c: Counts, device: Device, constants: dict) -> dict[str, float]:
-    """Each resource's cycles on the busiest SM (before they are summed and scaled)."""
-    sms = device.sm_count
-    per_sm = math.ceil(c.blocks / sms) / c.blocks          # the busiest SM's share of the launch
-    resident = min(resident_blocks(c, device), math.ceil(c.blocks / sms))
-    return {
-        "fma": c.fmas * per_sm / FMA_PER_SM_CYCLE,
-        "shared": c.shared_wavefronts * per_sm / WAVEFRONTS_PER_SM_CYCLE,
-        "l1": (c.load_sectors + c.store_sectors) * per_sm / constants["l1"],
-        "uncoalesced": (c.load_excess_sectors + c.store_excess_sectors) * per_sm / constants["uncoalesced"],
-        "barriers": c.barriers * per_sm * constants["barriers"] / resident,
+    """Each resource's cycles on the busiest SM (before they are summed and scaled). It runs its blocks in
+    rounds of as many as it holds at once; the last round may hold fewer, with fewer warps to hide stalls."""
+    on_sm = math.ceil(c.blocks / device.sm_count)        # blocks the busiest SM runs
+    resident = min(resident_blocks(c, device), on_sm)
+    rounds = [resident] * (on_sm // resident) + ([on_sm % resident] if on_sm % resident else [])
+    one = {   # one block's cycles at each resource's throughput
+        "fma": c.fmas / FMA_PER_SM_CYCLE,
+        "shared": c.shared_wavefronts / WAVEFRONTS_PER_SM_CYCLE,
+        "l1": (c.load_sectors + c.store_sectors) / constants["l1"],
+        "uncoalesced": (c.load_excess_sectors + c.store_excess_sectors) / constants["uncoalesced"],
+        "barriers": c.barriers * constants["barriers"],
     }
+    one = {k: v / c.blocks for k, v in one.items()}
+    parts = dict.fromkeys([*one, "latency"], 0.0)
+    for held in rounds:
+        # barrier latency is hidden by the other blocks held; each of the 4 schedulers hides one warp's
+        # stalls behind its other warps: with few, less is hidden
+        round_parts = {k: v * held / (held if k == "barriers" else 1) for k, v in one.items()}
+        warps_per_scheduler = held * math.ceil(c.threads / 32) / 4
+        round_parts["latency"] = sum(round_parts.values()) * constants["latency"] / warps_per_scheduler
+        for k, v in round_parts.items():
+            parts[k] += v
+    return parts
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ at the size its performance check times. With --json, stdout holds only
 
 `python -m grader predict --calibrate RESULTS [--jobs N]`: fit the model's constants to the kernels timed in
 RESULTS (bench.json: every stage at every size; autotune.json: the warptiling kernel's configurations at the
-large-square shape). Configurations of even index are fitted, those of odd index are held out; the fit goes
-to grader/kernels/prediction.json, the table of predicted against measured to RESULTS/prediction.md.
+shapes of four of its classes). Configurations of even index are fitted, those of odd index are held out; the
+fit goes to grader/kernels/prediction.json, the table of predicted against measured to RESULTS/prediction.md.
 """
 from __future__ import annotations
 
@@ -32,10 +32,13 @@ from grader.platform.compiler import CompileFailed, compile_kernels
 
 GRADER_FAILED = 3
 PREDICTED_STAGES = [s.id for s in STAGES]
-TUNED_CLASS = "large-square"     # the autotune records fitted and held out
-TUNED_EVERY = 3                  # of its configurations, every third (each costs seconds of emulation)
-START = {"l1": 4.0, "uncoalesced": 2.0, "barriers": 300.0, "scale": 1.0}     # the constants fitted, first guesses
-BOUNDS = {"l1": (0.05, 64), "uncoalesced": (0.05, 64), "barriers": (1.0, 1e5), "scale": (0.05, 5.0)}
+TUNED_EVERY = 3                  # of the configurations autotune.json timed, every third (seconds of emulation each)
+# Its classes used, whose shapes sample the same launch; the configurations are numbered in the first one's order.
+TUNED_CLASSES = ("large-square", "medium-square", "small-square", "large-k")
+# The constants fitted: first guesses and bounds.
+START = {"l1": 4.0, "uncoalesced": 2.0, "barriers": 300.0, "latency": 0.5, "scale": 1.0}
+BOUNDS = {"l1": (0.05, 64), "uncoalesced": (0.05, 64), "barriers": (1.0, 1e5), "latency": (1e-3, 100),
+          "scale": (0.05, 5.0)}
 
 
 def counts_of(st: Stage, source: str | None, M: int, N: int, K: int, defines: dict | None = None,
@@ -84,14 +87,20 @@ def _records(results: Path, gpu: str) -> list[dict]:
             st = prediction.graded_build(stage(r["stage"]), gpu, r["M"], r["N"], r["K"])
             rows.append({"kernel": r["stage"], "stage": st, "M": r["M"], "N": r["N"], "K": r["K"], "defines": None,
                          "gflops": r["gflops"], "cublas": r["cublas_gflops"], "fitted": True})
-    tuned = json.loads((results / "autotune.json").read_text())["classes"][TUNED_CLASS]
-    M, N, K = tuned["shape"]
-    cublas = 2 * M * N * K / (tuned["cublas_ms"] * 1e-3) / 1e9
-    configs = [r for r in tuned["results"] if r["split_k"] == 1 and r.get("tflops")][::TUNED_EVERY]
-    for i, r in enumerate(configs):
-        name = "warptiling " + " ".join(f"{k}={v}" for k, v in r["config"].items())
-        rows.append({"kernel": name, "stage": stage("warptiling"), "M": M, "N": N, "K": K, "defines": r["config"],
-                     "gflops": r["tflops"] * 1e3, "cublas": cublas, "fitted": i % 2 == 0})
+    classes = json.loads((results / "autotune.json").read_text())["classes"]
+    chosen = [r["config"] for r in classes[TUNED_CLASSES[0]]["results"] if r["split_k"] == 1 and r.get("tflops")]
+    fitted = {json.dumps(c, sort_keys=True): i % 2 == 0 for i, c in enumerate(chosen[::TUNED_EVERY])}
+    for cls in TUNED_CLASSES:
+        M, N, K = classes[cls]["shape"]
+        cublas = 2 * M * N * K / (classes[cls]["cublas_ms"] * 1e-3) / 1e9
+        for r in classes[cls]["results"]:
+            key = json.dumps(r["config"], sort_keys=True)
+            if r["split_k"] != 1 or not r.get("tflops") or key not in fitted:
+                continue
+            name = "warptiling " + " ".join(f"{k}={v}" for k, v in r["config"].items())
+            rows.append({"kernel": name, "stage": stage("warptiling"), "M": M, "N": N, "K": K,
+                         "defines": r["config"], "gflops": r["tflops"] * 1e3, "cublas": cublas,
+                         "fitted": fitted[key]})
     return rows
 
 
@@ -157,7 +166,12 @@ def calibrate(results: Path, jobs: int, gpu: str = "NVIDIA H200") -> int:
     summary = {"fitted": len(fitted), "held_out": len(held),
                "held_out_median_error": statistics.median(abs(math.exp(e) - 1) for e in held_err),
                "held_out_worst_factor": math.exp(max(abs(e) for e in held_err)),
-               "fitted_median_error": statistics.median(abs(math.exp(e) - 1) for e in fit_err)}
+               "fitted_median_error": statistics.median(abs(math.exp(e) - 1) for e in fit_err),
+               "held_out_by_shape": {f"{r['M']}x{r['N']}x{r['K']}": None for r in held}}
+    for shape in summary["held_out_by_shape"]:
+        errors = [abs(math.exp(e) - 1) for r, e in zip(held, held_err) if f"{r['M']}x{r['N']}x{r['K']}" == shape]
+        summary["held_out_by_shape"][shape] = {"kernels": len(errors), "median_error": statistics.median(errors),
+                                               "worst_error": max(errors)}
     table = json.loads(prediction.CALIBRATION_PATH.read_text()) if prediction.CALIBRATION_PATH.exists() else {}
     table[device.name] = {"constants": constants, "spread": spread, "cublas_gflops": cublas,
                           "calibrated_on": f"{results.as_posix()} ({datetime.date.today()})", **summary}
@@ -172,11 +186,15 @@ def _write_table(results: Path, device, constants: dict, rows: list[dict], skipp
     lines = [f"# Predicted against measured GFLOPS, {device.name}", "",
              "Command, from the repository root (no GPU needed: it reads the times recorded here):", "", "```",
              f"python3 -m grader predict --calibrate {results.as_posix()}", "```", "",
-             f"Fitted on {summary['fitted']} kernels (every stage at every size of bench.json, the even-numbered "
-             f"configurations of autotune.json's {TUNED_CLASS} class); held out: the other "
-             f"{summary['held_out']} configurations. Median error of the predicted GFLOPS: "
-             f"{summary['fitted_median_error']:.1%} fitted, {summary['held_out_median_error']:.1%} held out; the worst "
-             f"held-out kernel is off by a factor of {summary['held_out_worst_factor']:.2f}.", "",
+             f"Fitted on {summary['fitted']} measurements: every stage at every shape of bench.json, and the "
+             f"even-numbered ones of every third configuration of autotune.json (split-K off) at the shapes of its "
+             f"classes {', '.join(TUNED_CLASSES)}. Held out: the odd-numbered configurations at the same shapes "
+             f"({summary['held_out']} measurements of kernels the fit never saw). Median error of the predicted "
+             f"GFLOPS: {summary['fitted_median_error']:.1%} fitted, {summary['held_out_median_error']:.1%} held out; "
+             f"the worst held-out prediction is off by a factor of {summary['held_out_worst_factor']:.2f}.", "",
+             "| held-out shape | kernels | median error | worst error |", "|---|---|---|---|",
+             *[f"| {shape} | {v['kernels']} | {v['median_error']:.1%} | {v['worst_error']:.1%} |"
+               for shape, v in summary["held_out_by_shape"].items()], "",
              "Constants: " + ", ".join(f"{k} {v:.3g}" for k, v in constants.items()), "",
              "| kernel | shape | set | measured GFLOPS | predicted | error | limited by |",
              "|---|---|---|---|---|---|---|"]

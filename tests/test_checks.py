@@ -129,6 +129,9 @@ def test_performance_not_graded_without_gpu_but_predicted():
     wrong = run("performance", SWAPPED)
     assert wrong.status == NOT_GRADED and wrong.points == 0
     assert "no prediction of its speed: its C is wrong at M=128 N=128 K=128" in wrong.message
+    faulting = run("performance", variant("C[row * N + col] = sum;", "C[row * N + col - (1 << 28)] = sum;"))
+    assert faulting.status == NOT_GRADED and faulting.points == 0
+    assert "no prediction of its speed: its sampled launch failed: " in faulting.message, faulting.message
 
 
 def test_thresholds_table_and_overrides(tmp_path, grader_settings):

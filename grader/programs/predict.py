@@ -30,7 +30,6 @@ from grader.platform import devices
 from grader.platform.backend import drivers
 from grader.platform.compiler import CompileFailed, compile_kernels
 
-GRADER_FAILED = 3
 PREDICTED_STAGES = [s.id for s in STAGES]
 TUNED_EVERY = 3                  # of the configurations autotune.json timed, every third (seconds of emulation each)
 # Its classes used, whose shapes sample the same launch; the configurations are numbered in the first one's order.

@@ -4,19 +4,21 @@ On the emulator: "not graded: no GPU" - never a pass - with the speed the
 model predicts on the H200 (grader.kernels.prediction), which gives no points."""
 from __future__ import annotations
 
+from grader import emulator
 from grader.grading import answers
 from grader.grading.checks import correctness, thresholds
-from grader.grading.checks.common import start_stage_collect
+from grader.grading.checks.common import launch_errors, launch_failure, start_stage_collect
 from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import FAILED, NOT_GRADED, PASSED, CheckResult, png_base64
 from grader.kernels import prediction, timing
-from grader.kernels.sgemm import compile_kernel
+from grader.kernels.sgemm import compile_kernel, driver_of
 from grader.kernels.stages import stage as stage_by_id
 from grader.platform import devices
 
 NAME = "performance"
 BUDGET_S = 120.0        # the timed rounds (grader.kernels.timing's protocol) at most
 PREDICTED_ON = devices.H200     # the GPU a prediction is for, without one
+SAMPLE_LAUNCH_S = 30.0          # the prediction's sampled launch at most (the references' take under 2 s)
 NO_GPU = "not graded: no GPU (performance is only measured, and its points only given, when the grader runs on a GPU)"
 
 
@@ -82,10 +84,16 @@ def _predicted_counts(source: str, ctx: Context) -> dict:
     meta, function = start_stage_collect(built, source, on_emulator=True)
     if function is None:
         return {}
+    drv, limit = driver_of(function), emulator.launch_timeout()
+    emulator.set_launch_timeout(min(limit, SAMPLE_LAUNCH_S))
     try:
         return {"counts": prediction.counts_data(prediction.count(built, function, M, N, K))}
     except prediction.WrongSample as e:
         return {"not_predicted": str(e)}
+    except launch_errors(drv) as e:
+        return {"not_predicted": f"its sampled launch failed: {launch_failure(drv, e)}"}
+    finally:
+        emulator.set_launch_timeout(limit)
 
 
 def _not_graded(meta: dict, stage_id: str) -> CheckResult:

@@ -71,6 +71,17 @@ def test_a_ring_of_two_stages_streams_every_tile(cuda, source_module):
     assert np.array_equal(out, 2 * a)
 
 
+@pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the copy may read what lies past the end, unreported")
+def test_a_bulk_copy_past_the_end_of_its_buffer_is_named_by_its_line(cuda, source_module):
+    a = np.random.default_rng(5).random(4 * TILE, dtype=np.float32)
+    out = np.full(5 * TILE, np.nan, np.float32)
+    with pytest.raises(cuda.LaunchError) as e:          # five tiles streamed from an input of four
+        _ring(source_module)(cuda.In(a), cuda.Out(out), np.int32(5), block=(TILE, 1, 1), grid=(1, 1))
+    line = _ring_source().splitlines().index(next(x for x in _ring_source().splitlines() if "bulk_copy_g2s" in x)) + 1
+    assert f"the bulk copy on line {line} reads 1024 bytes" in str(e.value), str(e.value)
+    assert "past the end of the allocation" in str(e.value) or "in no device allocation" in str(e.value)
+
+
 @pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the copy may land first, and shared memory is not poisoned")
 def test_a_tile_read_before_its_wait_is_not_there_yet(cuda, source_module):
     early = _ring(source_module, READ_EARLY="const float v = tile[t];", READ_LATE="")

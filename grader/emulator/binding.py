@@ -144,7 +144,7 @@ class LoadedModule:
                shared: int, timeout: float, seed: int = 0,
                buffers: list[tuple[int, int]] = ()) -> tuple[int, str]:
         """Run a launch; returns (result code, error message). `buffers` are
-        the (start, size) device allocations, for the analysis's bounds checks."""
+        the (start, size) device allocations, for the analysis's bounds checks and the bulk copies'."""
         rt = runtime()
         g = (ctypes.c_uint * 3)(*grid)
         b = (ctypes.c_uint * 3)(*block)

@@ -632,7 +632,7 @@ class Function:
         if analysis.active() is not None:
             return self._launch_analysed(values, params, grid3, block3, int(shared))
         code, message = self._loaded.launch(self._kernel, params, grid3, block3, int(shared),
-                                             config.launch_timeout(), config.thread_order_seed())
+                                             config.launch_timeout(), config.thread_order_seed(), live_ranges())
         self._finish(code, message)
 
     def _finish(self, code: int, message: str) -> None:

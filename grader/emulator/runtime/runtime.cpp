@@ -84,6 +84,8 @@ struct LaunchState {
     int barrier_result, barrier_all, barrier_any;
     unsigned long long seed;
     std::map<const void*, Mbarrier> mbarriers;   // the block's, by address
+    const uintptr_t* buffers;     // the device allocations, (start, size) pairs
+    size_t nbuffers;
 };
 
 static LaunchState L;
@@ -561,11 +563,40 @@ extern "C" void __emu_mbarrier_wait(int line, void* bar, unsigned parity) {
     switch_to_next_fiber();
 }
 
+// A bulk copy checks no bounds, on the GPU either: its source must lie inside one device allocation and
+// its destination inside the block's shared memory, or the kernel is wrong (it would read or overwrite
+// whatever lies there).
+static void check_bulk_ranges(int line, const void* dst, const void* src, unsigned bytes) {
+    const uintptr_t s = reinterpret_cast<uintptr_t>(src), d = reinterpret_cast<uintptr_t>(dst);
+    const std::string head = "kernel '" + std::string(L.kernel) + "', " + where() + ": the bulk copy on line " +
+                             std::to_string(line) + " ";
+    const uintptr_t* b = L.buffers;
+    size_t i = 0;
+    while (i < L.nbuffers && !(s >= b[2 * i] && s < b[2 * i] + b[2 * i + 1])) i++;
+    if (i == L.nbuffers)
+        fail(kLaunchFailure, head + "reads " + std::to_string(bytes) + " bytes from an address in no device "
+                                 "allocation (a tile past the edge of the matrix?)");
+    const uintptr_t end = b[2 * i] + b[2 * i + 1];
+    if (s + bytes > end)
+        fail(kLaunchFailure, head + "reads " + std::to_string(bytes) + " bytes from global memory, " +
+                                 std::to_string(s + bytes - end) + " of them past the end of the allocation it starts "
+                                 "in: a tile past the edge of the matrix? A bulk copy checks no bounds: copy only "
+                                 "what lies inside");
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(L.mod->shared_begin), hi = reinterpret_cast<uintptr_t>(L.mod->shared_end);
+    const uintptr_t dlo = reinterpret_cast<uintptr_t>(L.dynamic_shared.data());
+    const bool in_static = d >= lo && d + bytes <= hi;
+    const bool in_dynamic = !L.dynamic_shared.empty() && d >= dlo && d + bytes <= dlo + L.dynamic_shared.size();
+    if (!in_static && !in_dynamic)
+        fail(kLaunchFailure, head + "writes " + std::to_string(bytes) + " bytes that do not all lie in the block's "
+                                 "shared memory");
+}
+
 extern "C" void __emu_bulk_copy(int line, void* dst, const void* src, unsigned bytes, void* bar) {
     Mbarrier& m = mbarrier_at(line, bar, "a bulk copy");
     if (bytes == 0 || bytes % 16 || reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
         fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": the bulk copy on line " +
                                  std::to_string(line) + " needs a size and addresses that are multiples of 16 bytes");
+    check_bulk_ranges(line, dst, src, bytes);
     m.copies.push_back({dst, src, bytes});
     complete_if_arrived(bar, m);      // issued after the phase's last arrival: it lands now
 }
@@ -650,6 +681,8 @@ extern "C" int emu_launch(const ModuleInfo* mod, int kernel, const unsigned char
     L.kernel = k.name;
     L.nthreads = n;
     L.seed = seed;
+    L.buffers = buffers;
+    L.nbuffers = nbuffers;
     L.sequential = sequential != 0;
     L.fibers.assign(size_t(n), Fiber{});
     L.warps.assign(size_t((n + 31) / 32), Warp{});

@@ -1,8 +1,8 @@
 """The course's Hopper header (grader/emulator/runtime/include/hopper.cuh on the emulator,
 pycuda-include/hopper.cuh for nvcc): mbarriers with phases and bulk asynchronous copies. A ring of
 two stages streams tiles through shared memory; read before its wait, a tile is not there yet; a
-wait no arrival can end is a deadlock named by its line; a graded source may include the header, and
-nvcc accepts it for sm_90."""
+wait no arrival can end is a deadlock named by its line; a copy past the end of its buffer is named by
+its line; a graded source may include the header, and nvcc accepts it for sm_90."""
 import shutil
 import subprocess
 

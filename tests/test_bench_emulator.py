@@ -98,6 +98,8 @@ def test_recorded_command_is_relative_to_the_repository():
             "--note 'two words'")
     assert recorded_command("bench-graphs", ["--out", "/elsewhere/out"], backend="auto") == \
         "python3 -m grader bench-graphs --out /elsewhere/out"
+    assert recorded_command("bench", [], backend="auto", on_gpu=True) == \
+        "bash deploy/gpu-machine.sh && python3 -m grader bench"
 
 
 def test_the_sweep_holds_every_kind_of_shape_and_its_summary_keeps_small_ones_apart():

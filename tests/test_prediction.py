@@ -3,6 +3,7 @@ the calibrated H200 model against the H200's own ordering of the stages, and `py
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -83,3 +84,21 @@ def test_predict_prints_json_alone_within_30_seconds():
     data = json.loads(p.stdout)
     assert set(data) == {"gflops", "low", "high", "ratio_to_cublas", "limiter"}
     assert data["low"] < data["gflops"] < data["high"] and 0 < data["ratio_to_cublas"] < 2
+
+
+def test_held_out_kernels_are_timed_only_on_a_gpu_and_never_fitted(tmp_path):
+    from grader.programs import predict
+    p = subprocess.run([sys.executable, "-m", "grader", "predict", "--measure", str(tmp_path)], cwd=REPO,
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "GRADER_BACKEND": "emulator"})
+    assert p.returncode == 2 and "on a GPU" in p.stdout, p.stdout + p.stderr
+    for name in ("bench.json", "autotune.json"):
+        (tmp_path / name).write_text((REPO / "results" / "nvidia-h200" / name).read_text())
+    sid, defines = predict.HELD_OUT[0]
+    (tmp_path / "held-out.json").write_text(json.dumps({"results": [
+        {"stage": sid, "defines": defines, "M": 1024, "N": 1024, "K": 1024, "status": "ok", "gflops": 5000.0,
+         "cublas_gflops": 30000.0},
+        {"stage": sid, "defines": defines, "M": 2048, "N": 2048, "K": 2048, "status": "wrong", "gflops": None,
+         "cublas_gflops": None}]}))
+    rows = [r for r in predict._records(tmp_path, H200.name) if r["kernel"] == predict.held_out_name(sid, defines)]
+    assert [(r["M"], r["fitted"], r["gflops"]) for r in rows] == [(1024, False, 5000.0)]
+    assert rows[0]["stage"].id == sid and rows[0]["defines"] == defines

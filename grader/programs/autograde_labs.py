@@ -53,10 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         lost = ", ".join(f"{name} {s:g}/{m:g}" for name, (s, m) in sorted(r["lost"].items())) or "none"
         rows.append(f"| {lab} | {r['score']:g} / {r['max']:g} | {r['seconds']:.1f} | {lost} |")
         print(rows[-1], flush=True)
-    command = recorded_command("autograde-labs", sys.argv[1:] if argv is None else argv)
     backend = current()
-    if backend.name == "gpu":
-        command = f"bash deploy/gpu-machine.sh && {command}"
+    command = recorded_command("autograde-labs", sys.argv[1:] if argv is None else argv,
+                               on_gpu=backend.name == "gpu")
     text = (f"# Autograde of every lab's reference submission\n\n"
             f"Command (from the repository root, with the course's `instructor` extra installed): `{command}`\n\n"
             f"Backend: {backend}, {time.strftime('%Y-%m-%d')}. Each graded cell is graded from the notebook's "

@@ -326,7 +326,7 @@ def run_gpu(stage_list, args, argv) -> int:
 
     out = Path(args.out) if args.out else ROOT / "results" / _slug(name)
     out.mkdir(parents=True, exist_ok=True)
-    command = recorded_command("bench", argv)
+    command = recorded_command("bench", argv, on_gpu=True)
     device_info = {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}",
                    "fp32_peak_gflops": peak / 1e9, "copy_bandwidth_gbs": bandwidth / 1e9,
                    "dram_bandwidth_gbs": dram / 1e9,
@@ -336,7 +336,8 @@ def run_gpu(stage_list, args, argv) -> int:
            "occupancy": [dict(zip(OCC_HEADERS, r)) for r in occ_rows]}
     (out / "bench.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
     (out / "bench.md").write_text(
-        f"# SGEMM benchmark on {name}\n\nCommand:\n\n```\n{command}\n```\n\n"
+        f"# SGEMM benchmark on {name}\n\nCommand ({time.strftime('%Y-%m-%d')}), from the repository root:\n\n"
+        f"```\n{command}\n```\n\n"
         f"FP32 peak {peak / 1e9:.0f} GFLOPS; device-to-device copy {bandwidth / 1e9:.0f} GB/s; {tf32}.\n"
         f"Median of {args.repeat} runs, L2 flushed before each; every run on new uniform random inputs, into an "
         f"output poisoned with NaN, and checked against cuBLAS's product made after it; cuBLAS timed side by side "

@@ -194,9 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
-    command = recorded_command("class-bench", sys.argv[1:] if argv is None else argv)
-    if backend.name == "gpu":
-        command = f"bash deploy/gpu-machine.sh && {command}"
+    command = recorded_command("class-bench", sys.argv[1:] if argv is None else argv, on_gpu=backend.name == "gpu")
     text, agree = report(command, str(backend), kinds, runs)
     print(text)
     if args.out:

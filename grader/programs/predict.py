@@ -5,8 +5,12 @@ at the size its performance check times. With --json, stdout holds only
 
 `python -m grader predict --calibrate RESULTS [--jobs N]`: fit the model's constants to the kernels timed in
 RESULTS (bench.json: every stage at every size; autotune.json: the warptiling kernel's configurations at the
-shapes of four of its classes). Configurations of even index are fitted, those of odd index are held out; the
-fit goes to grader/kernels/prediction.json, the table of predicted against measured to RESULTS/prediction.md.
+shapes of four of its classes). Configurations of even index are fitted, those of odd index are held out, and
+so are the kernels of RESULTS/held-out.json; the fit goes to grader/kernels/prediction.json, the table of
+predicted against measured to RESULTS/prediction.md.
+
+`python -m grader predict --measure RESULTS` (on a GPU): time the held-out kernels (HELD_OUT: stages built
+with tiles of their own, which no other measurement times) at HELD_OUT_SHAPES into RESULTS/held-out.json.
 """
 from __future__ import annotations
 
@@ -18,17 +22,19 @@ import os
 import statistics
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import least_squares
 
 from grader.grading.checks import thresholds
-from grader.kernels import prediction
+from grader.kernels import prediction, sgemm, timing
 from grader.kernels.stages import STAGES, Stage, stage
 from grader.platform import devices
-from grader.platform.backend import drivers
+from grader.platform.backend import current, drivers
 from grader.platform.compiler import CompileFailed, compile_kernels
+from grader.programs.recorded_command import recorded_command
 
 PREDICTED_STAGES = [s.id for s in STAGES]
 TUNED_EVERY = 3                  # of the configurations autotune.json timed, every third (seconds of emulation each)
@@ -36,6 +42,16 @@ TUNED_EVERY = 3                  # of the configurations autotune.json timed, ev
 TUNED_CLASSES = ("large-square", "medium-square", "small-square", "large-k")
 # The constants fitted: first guesses and bounds.
 START = {"l1": 4.0, "uncoalesced": 2.0, "barriers": 300.0, "latency": 0.5, "scale": 1.0}
+# Kernels no fit sees: stages built with other tiles than their own (so other thread counts, occupancies,
+# shared-memory traffic and barriers per FMA), timed by --measure.
+HELD_OUT = (("smem-tiling", {"TILE": 16}), ("smem-tiling", {"TILE": 8}),
+            ("blocktile-1d", {"BM": 128, "BN": 64, "TM": 16}), ("blocktile-1d", {"BM": 32, "BN": 32, "TM": 4}),
+            ("blocktile-2d", {"BM": 64, "BN": 64}), ("blocktile-2d", {"BM": 128, "BN": 64, "TN": 4}),
+            ("blocktile-2d", {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}),
+            ("bank-conflict-free", {"BM": 64, "BN": 64}), ("vectorized", {"BM": 64, "BN": 128}),
+            ("vectorized", {"BM": 64, "BN": 64, "BK": 32, "TM": 4, "TN": 4}), ("double-buffering", {"BK": 16}))
+HELD_OUT_SHAPES = ((4096, 4096, 4096), (2048, 2048, 2048), (1024, 1024, 1024), (4000, 3000, 2000),
+                   (512, 512, 8192))
 BOUNDS = {"l1": (0.05, 64), "uncoalesced": (0.05, 64), "barriers": (1.0, 1e5), "latency": (1e-3, 100),
           "scale": (0.05, 5.0)}
 
@@ -76,6 +92,42 @@ def predict_file(args) -> int:
     return 0
 
 
+# ---- held-out kernels ----------------------------------------------------------------------
+def held_out_name(stage_id: str, defines: dict) -> str:
+    return f"{stage_id} " + " ".join(f"{k}={v}" for k, v in defines.items())
+
+
+def held_out_build(stage_id: str, defines: dict) -> Stage:
+    return replace(stage(stage_id), defines={**stage(stage_id).defines, **defines})
+
+
+def measure(results: Path, argv: list[str]) -> int:
+    """Time every HELD_OUT kernel at every HELD_OUT_SHAPES on this machine's GPU, cuBLAS side by side
+    (grader.kernels.timing's protocol), into RESULTS/held-out.json."""
+    if current().name != "gpu":
+        print("--measure times kernels on a GPU: there is none here (GRADER_BACKEND=gpu on a GPU machine)")
+        return 2
+    device = timing._context().Context.get_device()
+    peak = timing.fp32_peak(device)
+    builds = [(held_out_name(sid, d), held_out_build(sid, d), d) for sid, d in HELD_OUT]
+    functions = [sgemm.compile_kernel(st) for _, st, _ in builds]
+    rows = []
+    for M, N, K in HELD_OUT_SHAPES:
+        w = timing.make_workload(M, N, K)
+        for (name, st, defines), function in zip(builds, functions):
+            m = timing.measure_sgemm(function, st.launch(M, N, K), w, peak_flops=peak)
+            rows.append({"stage": st.id, "defines": defines, "M": M, "N": N, "K": K, "status": m.status,
+                         "detail": m.detail, "gflops": m.gflops, "cublas_gflops": m.cublas_gflops})
+            print(f"{M}x{N}x{K} {name}: {m.status} {m.gflops or 0:.0f} GFLOPS, cuBLAS {m.cublas_gflops or 0:.0f}",
+                  flush=True)
+        del w
+    doc = {"command": recorded_command("predict", argv, on_gpu=True),
+           "device": device.name(), "date": str(datetime.date.today()), "results": rows}
+    (results / "held-out.json").write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"wrote {results / 'held-out.json'}")
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
 # ---- calibration ----------------------------------------------------------------------------
 def _records(results: Path, gpu: str) -> list[dict]:
     """Every kernel timed in the results: {stage, defines, M, N, K, gflops, cublas, fitted}."""
@@ -85,7 +137,7 @@ def _records(results: Path, gpu: str) -> list[dict]:
         if r.get("status") == "ok" and r.get("gflops"):
             st = prediction.graded_build(stage(r["stage"]), gpu, r["M"], r["N"], r["K"])
             rows.append({"kernel": r["stage"], "stage": st, "M": r["M"], "N": r["N"], "K": r["K"], "defines": None,
-                         "gflops": r["gflops"], "cublas": r["cublas_gflops"], "fitted": True})
+                         "gflops": r["gflops"], "cublas": r["cublas_gflops"], "fitted": True, "set": "stages"})
     classes = json.loads((results / "autotune.json").read_text())["classes"]
     chosen = [r["config"] for r in classes[TUNED_CLASSES[0]]["results"] if r["split_k"] == 1 and r.get("tflops")]
     fitted = {json.dumps(c, sort_keys=True): i % 2 == 0 for i, c in enumerate(chosen[::TUNED_EVERY])}
@@ -99,7 +151,13 @@ def _records(results: Path, gpu: str) -> list[dict]:
             name = "warptiling " + " ".join(f"{k}={v}" for k, v in r["config"].items())
             rows.append({"kernel": name, "stage": stage("warptiling"), "M": M, "N": N, "K": K,
                          "defines": r["config"], "gflops": r["tflops"] * 1e3, "cublas": cublas,
-                         "fitted": fitted[key]})
+                         "fitted": fitted[key], "set": "warptiling configurations"})
+    held_out = results / "held-out.json"
+    for r in json.loads(held_out.read_text())["results"] if held_out.exists() else []:
+        if r["status"] == "ok":
+            rows.append({"kernel": held_out_name(r["stage"], r["defines"]), "stage": stage(r["stage"]),
+                         "M": r["M"], "N": r["N"], "K": r["K"], "defines": r["defines"], "gflops": r["gflops"],
+                         "cublas": r["cublas_gflops"], "fitted": False, "set": "stages at other tiles"})
     return rows
 
 
@@ -166,11 +224,11 @@ def calibrate(results: Path, jobs: int, gpu: str = "NVIDIA H200") -> int:
                "held_out_median_error": statistics.median(abs(math.exp(e) - 1) for e in held_err),
                "held_out_worst_factor": math.exp(max(abs(e) for e in held_err)),
                "fitted_median_error": statistics.median(abs(math.exp(e) - 1) for e in fit_err),
-               "held_out_by_shape": {f"{r['M']}x{r['N']}x{r['K']}": None for r in held}}
-    for shape in summary["held_out_by_shape"]:
-        errors = [abs(math.exp(e) - 1) for r, e in zip(held, held_err) if f"{r['M']}x{r['N']}x{r['K']}" == shape]
-        summary["held_out_by_shape"][shape] = {"kernels": len(errors), "median_error": statistics.median(errors),
-                                               "worst_error": max(errors)}
+               "held_out_by_set": {_set_key(r): None for r in held}}
+    for key in summary["held_out_by_set"]:
+        errors = [abs(math.exp(e) - 1) for r, e in zip(held, held_err) if _set_key(r) == key]
+        summary["held_out_by_set"][key] = {"kernels": len(errors), "median_error": statistics.median(errors),
+                                           "worst_error": max(errors)}
     table = json.loads(prediction.CALIBRATION_PATH.read_text()) if prediction.CALIBRATION_PATH.exists() else {}
     table[device.name] = {"constants": constants, "spread": spread, "cublas_gflops": cublas,
                           "calibrated_on": f"{results.as_posix()} ({datetime.date.today()})", **summary}
@@ -180,6 +238,10 @@ def calibrate(results: Path, jobs: int, gpu: str = "NVIDIA H200") -> int:
     return 0
 
 
+def _set_key(row: dict) -> str:
+    return f"{row['set']} at {row['M']}x{row['N']}x{row['K']}"
+
+
 def _write_table(results: Path, device, constants: dict, rows: list[dict], skipped: list[dict], summary: dict):
     calibrated = {"constants": constants, "spread": [0.0, 0.0], "cublas_gflops": {}}
     lines = [f"# Predicted against measured GFLOPS, {device.name}", "",
@@ -187,13 +249,15 @@ def _write_table(results: Path, device, constants: dict, rows: list[dict], skipp
              f"python3 -m grader predict --calibrate {results.as_posix()}", "```", "",
              f"Fitted on {summary['fitted']} measurements: every stage at every shape of bench.json, and the "
              f"even-numbered ones of every third configuration of autotune.json (split-K off) at the shapes of its "
-             f"classes {', '.join(TUNED_CLASSES)}. Held out: the odd-numbered configurations at the same shapes "
-             f"({summary['held_out']} measurements of kernels the fit never saw). Median error of the predicted "
+             f"classes {', '.join(TUNED_CLASSES)}. Held out ({summary['held_out']} measurements of kernels the fit "
+             f"never saw): the odd-numbered configurations at the same shapes, and the stages built with other "
+             f"tiles of held-out.json (`python3 -m grader predict --measure {results.as_posix()}` on the GPU). "
+             f"Median error of the predicted "
              f"GFLOPS: {summary['fitted_median_error']:.1%} fitted, {summary['held_out_median_error']:.1%} held out; "
              f"the worst held-out prediction is off by a factor of {summary['held_out_worst_factor']:.2f}.", "",
-             "| held-out shape | kernels | median error | worst error |", "|---|---|---|---|",
-             *[f"| {shape} | {v['kernels']} | {v['median_error']:.1%} | {v['worst_error']:.1%} |"
-               for shape, v in summary["held_out_by_shape"].items()], "",
+             "| held out | kernels | median error | worst error |", "|---|---|---|---|",
+             *[f"| {key} | {v['kernels']} | {v['median_error']:.1%} | {v['worst_error']:.1%} |"
+               for key, v in summary["held_out_by_set"].items()], "",
              "Constants: " + ", ".join(f"{k} {v:.3g}" for k, v in constants.items()), "",
              "| kernel | shape | set | measured GFLOPS | predicted | error | limited by |",
              "|---|---|---|---|---|---|---|"]
@@ -214,8 +278,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--gpu", default="NVIDIA H200")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--calibrate", metavar="RESULTS", help="fit the model to the times recorded in RESULTS")
+    parser.add_argument("--measure", metavar="RESULTS", help="time the held-out kernels on this GPU into "
+                        "RESULTS/held-out.json")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args(argv)
+    if args.measure:
+        return measure(Path(args.measure), argv)
     if args.calibrate:
         return calibrate(Path(args.calibrate), args.jobs, args.gpu)
     if not args.file or not args.exercise:

@@ -10,9 +10,13 @@ from grader.platform import COURSE_ROOT, settings
 ROOT = COURSE_ROOT
 
 
-def recorded_command(command: str, argv: list[str], backend: str | None = None) -> str:
+GPU_SETUP = "bash deploy/gpu-machine.sh"      # what a GPU machine runs first (PyCUDA)
+
+
+def recorded_command(command: str, argv: list[str], backend: str | None = None, on_gpu: bool = False) -> str:
     """`[GRADER_BACKEND=...] python3 -m grader command args`, with paths inside
-    the repository made relative to its root; the backend setting when it is not the default."""
+    the repository made relative to its root; the backend setting when it is not the default;
+    `on_gpu`: after the GPU machine's set-up."""
     def relative(arg: str) -> str:
         path = Path(arg)
         if path.is_absolute() and path.resolve().is_relative_to(ROOT):
@@ -21,4 +25,5 @@ def recorded_command(command: str, argv: list[str], backend: str | None = None) 
 
     backend = backend or settings.current().backend
     words = ([f"GRADER_BACKEND={backend}"] if backend != "auto" else []) + ["python3", "-m", "grader", command]
-    return " ".join(words + [shlex.quote(relative(a)) for a in argv])
+    line = " ".join(words + [shlex.quote(relative(a)) for a in argv])
+    return f"{GPU_SETUP} && {line}" if on_gpu else line

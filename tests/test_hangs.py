@@ -111,6 +111,24 @@ def test_a_hanging_kernel_of_labs_4_7_and_8_costs_seconds(exercise, check, file,
     assert elapsed < 60, elapsed
 
 
+
+def test_a_gpu_launch_whose_reference_time_is_unknown_is_ended_too(monkeypatch):
+    """A copy of the course without its solutions (a notebook's own run, a student's copy) has no reference
+    time on a GPU: its launches still end, after HANG_UNKNOWN_S, and the message says which budget it was."""
+    armed = []
+    monkeypatch.setattr(common.signal, "setitimer", lambda which, seconds: armed.append(seconds))
+    monkeypatch.setattr(common, "_alarm", True)
+    monkeypatch.setattr(common, "_budgets", {})
+    with common.launch_budget(("correctness", "naive", 17, 33, 9), emulated=False) as budget:
+        pass
+    assert budget == common.HANG_UNKNOWN_S and armed == [common.HANG_UNKNOWN_S, 0]
+    killed = -isolation.signal.SIGALRM
+    unknown = isolation._outcome("correctness", "", isolation.STARTED, "", killed, False, 240.0, False)
+    known = isolation._outcome("correctness", "", isolation.STARTED, "", killed, False, 240.0, True)
+    assert f"({common.HANG_UNKNOWN_S:g} s: the reference's time is not known here)" in unknown.message
+    assert f"{common.HANG_FACTOR} x the reference kernel's time" in known.message
+    assert unknown.details["did_not_finish"] and not unknown.passed
+
 # nvcc removes HANG's loop on a volatile local (it writes C at once); the clock is read anew each time.
 HANG_GPU = HANG.replace("volatile int spin = 1;\n    while (spin) { }", "while (clock64() >= 0) { }")
 

@@ -22,7 +22,8 @@ kernel's builds, the source policy's baseline.
 Launch budgets: a kernel launch is stopped once it has run HANG_FACTOR times
 as long as the reference solution's same launch. The reference's times come
 from a run of the same check on the reference solution, in a process of its
-own, once per check and backend (grader.grading.checks.common.launch_budget).
+own, once per check and backend (grader.grading.checks.common.launch_budget);
+where there are none, a GPU launch is stopped after HANG_UNKNOWN_S.
 """
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ from grader.grading.checks.common import (
     DID_NOT_FINISH,
     HANG_FACTOR,
     HANG_FLOOR_S,
+    HANG_UNKNOWN_S,
     arm_lock_down,
     end_process_past_budget,
     measured_budgets,
@@ -265,7 +267,8 @@ def _collect_held(name: str, spec, exercise: str, submission: str, seed: int, jo
         out, timed_out = _communicate(proc, json.dumps(job) + "\n", timeout, lock)
         reader.join(timeout=10)
     hint = spec.hang_hint if spec is not None else ""
-    return _outcome(name, hint, b"".join(chunks), (out or "").strip(), proc.returncode, timed_out, timeout)
+    return _outcome(name, hint, b"".join(chunks), (out or "").strip(), proc.returncode, timed_out, timeout,
+                    bool(budgets))
 
 
 def _communicate(proc, job: str, timeout: float, lock: timing.ChildLock) -> tuple[str, bool]:
@@ -286,7 +289,8 @@ def _communicate(proc, job: str, timeout: float, lock: timing.ChildLock) -> tupl
     return out, True
 
 
-def _outcome(name: str, hang_hint: str, data: bytes, out: str, code: int, timed_out: bool, timeout: float):
+def _outcome(name: str, hang_hint: str, data: bytes, out: str, code: int, timed_out: bool, timeout: float,
+             reference_timed: bool = True):
     if not data.startswith(STARTED):
         last = out.strip().splitlines()[-1] if out.strip() else f"it exited with status {code}"
         return CheckResult.grader_error(name, f"the grading process could not start ({last[:300]})",
@@ -315,9 +319,10 @@ def _outcome(name: str, hang_hint: str, data: bytes, out: str, code: int, timed_
         return CheckResult(name, FAILED, f"the grading process was stopped: your kernel made {sandbox.FORBIDDEN}",
                            0.0, details={"refused": ["forbidden-system-call"]}, output=out[-4000:])
     if code == -signal.SIGALRM:                  # a GPU launch past its budget (checks.common.launch_budget)
+        budget = (f"{HANG_FACTOR} x the reference kernel's time on the same launch, at least {HANG_FLOOR_S:g} s"
+                  if reference_timed else f"{HANG_UNKNOWN_S:g} s: the reference's time is not known here")
         return CheckResult(name, FAILED, f"{DID_NOT_FINISH}: a launch ran past its budget on the GPU "
-                           f"({HANG_FACTOR} x the reference kernel's time on the same launch, at least "
-                           f"{HANG_FLOOR_S:g} s) and the grading process was stopped ({hang_hint})", 0.0,
+                           f"({budget}) and the grading process was stopped ({hang_hint})", 0.0,
                            details={"did_not_finish": True}, output=out[-4000:])
     why = f"was killed by {_signal_name(code)}" if code is not None and code < 0 else f"exited with status {code}"
     return CheckResult(name, FAILED, f"the grading process {why} while running your code, without a result: "

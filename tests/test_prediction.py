@@ -73,6 +73,21 @@ def test_a_prediction_names_its_limit_and_interval(predicted):
         assert p.low < p.gflops < p.high and p.cublas_gflops > 40000
     text = predicted["vectorized"].describe()
     assert text.startswith("predicted on an H200: about ") and "x cuBLAS), likely " in text
+    assert "warp" not in text and predicted["vectorized"].few_warps_overprediction is None
+
+
+def test_a_kernel_with_few_warps_per_scheduler_is_told_how_far_such_were_off():
+    """Blocks of 64 threads, one per SM (C of 512 x 512 in 64 x 64 tiles): the model's worst misses."""
+    calibrated = prediction.calibration(H200)
+    st = stage("blocktile-2d")
+    defines = {"BM": 64, "BN": 64}
+    functions, _ = compile_kernels(st.source(), [st.kernel], st.options(defines), on_emulator=True)
+    counts = prediction.count(st, functions[st.kernel], 512, 512, 8192, defines)
+    assert (counts.blocks, counts.threads) == (64, 64) and prediction.warps_per_scheduler(counts, H200) == 0.5
+    p = prediction.predict(counts, H200, calibrated)
+    assert p.few_warps_overprediction == calibrated["few_warps_overprediction"] > 1.5
+    assert p.describe().endswith(f"; each scheduler holds at most 1 warp of this kernel, and such kernels ran up "
+                                 f"to {p.few_warps_overprediction:.1f} times slower than predicted")
 
 
 def test_predict_prints_json_alone_within_30_seconds():

@@ -46,6 +46,11 @@ RESOURCES = {"fma": "FP32 FMA throughput", "shared": "shared-memory bandwidth (w
              "latency": "too few warps per SM to hide latency"}
 
 
+# At most this many warps per scheduler, the model's misses are largest (too fast): a prediction says so,
+# with the worst factor its calibration measured for such kernels.
+FEW_WARPS = 1.0
+
+
 @dataclass(frozen=True)
 class Counts:
     """What one launch of the kernel does at the timed shape (sampled and scaled)."""
@@ -138,6 +143,12 @@ def resident_blocks(c: Counts, device: Device) -> int:
     return max(1, min(fits))
 
 
+def warps_per_scheduler(c: Counts, device: Device) -> float:
+    """Warps each of the SM's 4 schedulers holds in the busiest SM's first round of blocks."""
+    held = min(resident_blocks(c, device), math.ceil(c.blocks / device.sm_count))
+    return held * math.ceil(c.threads / 32) / 4
+
+
 def cycles(c: Counts, device: Device, constants: dict) -> dict[str, float]:
     """Each resource's cycles on the busiest SM (before they are summed and scaled). It runs its blocks in
     rounds of as many as it holds at once; the last round may hold fewer, with fewer warps to hide stalls."""
@@ -173,6 +184,7 @@ class Prediction:
     high: float
     limiter: str                 # the resource with the most cycles (RESOURCES' words)
     cublas_gflops: float | None  # cuBLAS at this shape on that GPU, where the calibration recorded it
+    few_warps_overprediction: float | None = None   # the kernel holds few warps: how far such were off
 
     @property
     def ratio_to_cublas(self) -> float | None:
@@ -184,8 +196,12 @@ class Prediction:
 
     def describe(self) -> str:
         ratio = f" ({self.ratio_to_cublas:.2f}x cuBLAS)" if self.cublas_gflops else ""
-        return (f"predicted on an {self.gpu.removeprefix('NVIDIA ')}: about {_round(self.gflops):,} GFLOPS{ratio}, "
+        text = (f"predicted on an {self.gpu.removeprefix('NVIDIA ')}: about {_round(self.gflops):,} GFLOPS{ratio}, "
                 f"likely {_round(self.low):,}-{_round(self.high):,}, limited by {self.limiter}")
+        if self.few_warps_overprediction:
+            text += (f"; each scheduler holds at most {FEW_WARPS:g} warp of this kernel, and such kernels ran up to "
+                     f"{self.few_warps_overprediction:.1f} times slower than predicted")
+        return text
 
 
 def _round(gflops: float) -> int:
@@ -210,8 +226,9 @@ def predict(c: Counts, device: Device, calibrated: dict) -> Prediction:
     gflops = 2 * c.fmas / t / 1e9
     lo, hi = calibrated["spread"]              # log-ratios measured / predicted of the calibration
     cublas = calibrated.get("cublas_gflops", {}).get(f"{c.M}x{c.N}x{c.K}")
+    few = calibrated.get("few_warps_overprediction") if warps_per_scheduler(c, device) <= FEW_WARPS else None
     return Prediction(device.name, t, gflops, gflops * math.exp(lo), gflops * math.exp(hi),
-                      RESOURCES[max(parts, key=parts.get)], cublas)
+                      RESOURCES[max(parts, key=parts.get)], cublas, few)
 
 
 def counts_data(c: Counts) -> dict:

@@ -219,11 +219,14 @@ def calibrate(results: Path, jobs: int, gpu: str = "NVIDIA H200") -> int:
     fit_err = -_errors(fitted, device, constants)          # log(measured / predicted) GFLOPS
     held_err = -_errors(held, device, constants)
     spread = [float(np.quantile(fit_err, 0.1)), float(np.quantile(fit_err, 0.9))]
-    cublas = {f"{r['M']}x{r['N']}x{r['K']}": r["cublas"] for r in rows}
+    cublas = {}
+    for r in rows:                  # bench.json's figure where it has the shape
+        cublas.setdefault(f"{r['M']}x{r['N']}x{r['K']}", r["cublas"])
     summary = {"fitted": len(fitted), "held_out": len(held),
                "held_out_median_error": statistics.median(abs(math.exp(e) - 1) for e in held_err),
                "held_out_worst_factor": math.exp(max(abs(e) for e in held_err)),
                "fitted_median_error": statistics.median(abs(math.exp(e) - 1) for e in fit_err),
+               "few_warps_overprediction": _few_warps_overprediction(rows, device, constants),
                "held_out_by_set": {_set_key(r): None for r in held}}
     for key in summary["held_out_by_set"]:
         errors = [abs(math.exp(e) - 1) for r, e in zip(held, held_err) if _set_key(r) == key]
@@ -236,6 +239,13 @@ def calibrate(results: Path, jobs: int, gpu: str = "NVIDIA H200") -> int:
     _write_table(results, device, constants, rows, skipped, summary)
     print(json.dumps(summary, indent=1))
     return 0
+
+
+def _few_warps_overprediction(rows: list[dict], device, constants: dict) -> float | None:
+    """Predicted over measured GFLOPS at its largest, among the kernels with at most FEW_WARPS per scheduler."""
+    few = [r for r in rows if prediction.warps_per_scheduler(prediction.counts_from(r["counts"]), device)
+           <= prediction.FEW_WARPS]
+    return float(np.exp(-_errors(few, device, constants)).max()) if few else None
 
 
 def _set_key(row: dict) -> str:

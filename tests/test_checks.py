@@ -130,6 +130,8 @@ def test_performance_not_graded_without_gpu_but_predicted():
     assert wrong.status == NOT_GRADED and wrong.points == 0
     assert wrong.message.endswith("no prediction of its speed: the kernel must compute C first (the correctness "
                                   "check says what is wrong)")
+    unguarded = run("performance", NOBOUNDS)       # right at 4096, which is a multiple of its tile
+    assert unguarded.status == NOT_GRADED and unguarded.message == wrong.message
     faulting = run("performance", variant("C[row * N + col] = sum;", "C[row * N + col - (1 << 28)] = sum;"))
     assert faulting.status == NOT_GRADED and faulting.points == 0
     assert "no prediction of its speed: its sampled launch failed: " in faulting.message, faulting.message

@@ -45,6 +45,16 @@ def test_a_wrong_kernel_is_not_predicted():
         prediction.count(st, emulated(st, wrong), *SIZE)
 
 
+def test_a_kernel_wrong_only_off_tile_multiples_is_not_predicted():
+    """The GPU's performance check times no kernel that fails its correctness check; a missing bounds check
+    hides at the tile-multiple sizes the model samples, so the prediction launches it at a partial tile too."""
+    st = stage("coalesced")
+    unguarded = st.source().replace("    if (row < M && col < N) {", "    {")
+    assert unguarded != st.source()
+    with pytest.raises(prediction.WrongSample, match="at M=35 N=37 K=23"):
+        prediction.count(st, emulated(st, unguarded), *SIZE)
+
+
 @pytest.fixture(scope="module")
 def predicted() -> dict[str, prediction.Prediction]:
     calibrated = prediction.calibration(H200)

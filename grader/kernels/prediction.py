@@ -92,9 +92,32 @@ def graded_build(stage: Stage, gpu: str, M: int, N: int, K: int) -> Stage:
 
 def count(stage: Stage, function, M: int, N: int, K: int, defines: dict | None = None) -> Counts:
     """The counts of `function` (an emulated kernel of the stage's signature, built with `defines`)
-    launched for C = A B of M x K times K x N, from one analysed run of the sample launch."""
+    launched for C = A B of M x K times K x N, from one analysed run of the sample launch, once C is
+    right at the edges too (edges_right)."""
     merged = {**stage.defines, **(defines or {})}
-    return scaled(sampled(stage, function, *sample_shape(M, N, K, merged), defines), stage, M, N, K, defines)
+    counts = scaled(sampled(stage, function, *sample_shape(M, N, K, merged), defines), stage, M, N, K, defines)
+    edges_right(stage, function, defines)
+    return counts
+
+
+def edges_right(stage: Stage, function, defines: dict | None = None) -> None:
+    """One launch where no dimension is a tile multiple (a partial tile on every edge): WrongSample
+    when C is wrong there or the launch fails. A GPU's performance check times no kernel that fails its
+    correctness check, though a tile-multiple timed size would hide a missing bounds check."""
+    d = {**stage.defines, **(defines or {})}
+    m = int(d.get("BM", d.get("TILE", 32))) + 3
+    n = int(d.get("BN", d.get("TILE", 32))) + 5
+    k = 2 * int(d.get("BK", d.get("TILE", 8))) + 7
+    rng = np.random.default_rng(1)
+    A = rng.random((m, k), dtype=np.float32) - 0.5
+    B = rng.random((k, n), dtype=np.float32) - 0.5
+    try:
+        with analyze():         # checks every access: a write past C is a failed launch, not a damaged heap
+            C = sgemm.run(stage, A, B, function=function, defines=defines)
+    except (sgemm.driver_of(function).Error, TypeError, ValueError) as e:
+        raise WrongSample(f"its launch at M={m} N={n} K={k} failed") from e
+    if not sgemm.compare(C, A, B).ok:
+        raise WrongSample(f"its C is wrong at M={m} N={n} K={k}")
 
 
 def sampled(stage: Stage, function, m: int, n: int, k: int, defines: dict | None = None) -> Counts:

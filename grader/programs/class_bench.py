@@ -48,7 +48,8 @@ def build_class(work: Path, students: int) -> None:
 
 
 def grade(pristine: Path, run: Path, gpu: str, workers: int, lock: Path) -> tuple[float, int]:
-    """`python -m grader autograde` of a copy of the class at RUN/course: its wall time in seconds, its exit status."""
+    """`python -m grader autograde` of a copy of the class at RUN/course (its output shown and kept in
+    RUN/autograde.log): its wall time in seconds, its exit status."""
     course = run / "course"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
@@ -59,11 +60,12 @@ def grade(pristine: Path, run: Path, gpu: str, workers: int, lock: Path) -> tupl
                "--workers", str(workers)]
     print(f"{run.name}: {' '.join(command[1:])}", flush=True)
     t0 = time.monotonic()
-    with open(run / "autograde.log", "w") as log:
-        code = subprocess.run(command, cwd=COURSE_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
-    wall = time.monotonic() - t0
-    print((run / "autograde.log").read_text()[-3000:], flush=True)
-    return wall, code
+    with open(run / "autograde.log", "w") as log, subprocess.Popen(
+            command, cwd=COURSE_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:            # shown as it comes: a bench of a whole class runs for many minutes
+            log.write(line)
+            print(line, end="", flush=True)
+    return time.monotonic() - t0, proc.returncode
 
 
 def lock_intervals(log: Path) -> list[tuple[str, float, float]]:

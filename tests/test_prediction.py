@@ -124,6 +124,6 @@ def test_held_out_kernels_are_timed_only_on_a_gpu_and_never_fitted(tmp_path):
          "cublas_gflops": 30000.0},
         {"stage": sid, "defines": defines, "M": 2048, "N": 2048, "K": 2048, "status": "wrong", "gflops": None,
          "cublas_gflops": None}]}))
-    rows = [r for r in predict._records(tmp_path, H200.name) if r["kernel"] == predict.held_out_name(sid, defines)]
+    rows = [r for r in predict._records(tmp_path, H200.name) if r["kernel"] == predict.kernel_name(sid, defines)]
     assert [(r["M"], r["fitted"], r["gflops"]) for r in rows] == [(1024, False, 5000.0)]
     assert rows[0]["stage"].id == sid and rows[0]["defines"] == defines

@@ -105,12 +105,9 @@ def edges_right(stage: Stage, function, defines: dict | None = None) -> None:
     when C is wrong there or the launch fails. A GPU's performance check times no kernel that fails its
     correctness check, though a tile-multiple timed size would hide a missing bounds check."""
     d = {**stage.defines, **(defines or {})}
-    m = int(d.get("BM", d.get("TILE", 32))) + 3
-    n = int(d.get("BN", d.get("TILE", 32))) + 5
-    k = 2 * int(d.get("BK", d.get("TILE", 8))) + 7
-    rng = np.random.default_rng(1)
-    A = rng.random((m, k), dtype=np.float32) - 0.5
-    B = rng.random((k, n), dtype=np.float32) - 0.5
+    bm, bn = stage.block_tile(defines)
+    m, n, k = bm + 3, bn + 5, 2 * int(d.get("BK", d.get("TILE", 8))) + 7
+    A, B = sgemm.random_inputs(m, n, k, np.random.default_rng(1))
     try:
         with analyze():         # checks every access: a write past C is a failed launch, not a damaged heap
             C = sgemm.run(stage, A, B, function=function, defines=defines)
@@ -122,9 +119,7 @@ def edges_right(stage: Stage, function, defines: dict | None = None) -> None:
 
 def sampled(stage: Stage, function, m: int, n: int, k: int, defines: dict | None = None) -> Counts:
     """The counts of one analysed run at m x n x k (random inputs, C checked against float64)."""
-    rng = np.random.default_rng(0)
-    A = rng.random((m, k), dtype=np.float32) - 0.5
-    B = rng.random((k, n), dtype=np.float32) - 0.5
+    A, B = sgemm.random_inputs(m, n, k, np.random.default_rng(0))
     launch = stage.launch(m, n, k, defines)
     with analyze() as report:
         C = sgemm.run(stage, A, B, function=function, defines=defines, launch=launch)
@@ -166,9 +161,11 @@ def resident_blocks(c: Counts, device: Device) -> int:
     return max(1, min(fits))
 
 
-def warps_per_scheduler(c: Counts, device: Device) -> float:
-    """Warps each of the SM's 4 schedulers holds in the busiest SM's first round of blocks."""
-    held = min(resident_blocks(c, device), math.ceil(c.blocks / device.sm_count))
+def warps_per_scheduler(c: Counts, device: Device, held: int | None = None) -> float:
+    """Warps each of the SM's 4 schedulers holds when the SM holds `held` blocks (default: the busiest
+    SM's first round)."""
+    if held is None:
+        held = min(resident_blocks(c, device), math.ceil(c.blocks / device.sm_count))
     return held * math.ceil(c.threads / 32) / 4
 
 
@@ -191,8 +188,8 @@ def cycles(c: Counts, device: Device, constants: dict) -> dict[str, float]:
         # barrier latency is hidden by the other blocks held; each of the 4 schedulers hides one warp's
         # stalls behind its other warps: with few, less is hidden
         round_parts = {k: v * held / (held if k == "barriers" else 1) for k, v in one.items()}
-        warps_per_scheduler = held * math.ceil(c.threads / 32) / 4
-        round_parts["latency"] = sum(round_parts.values()) * constants["latency"] / warps_per_scheduler
+        round_parts["latency"] = (sum(round_parts.values()) * constants["latency"]
+                                  / warps_per_scheduler(c, device, held))
         for k, v in round_parts.items():
             parts[k] += v
     return parts

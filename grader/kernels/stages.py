@@ -55,6 +55,11 @@ class Stage:
     def launch(self, M: int, N: int, K: int, defines: dict | None = None) -> Launch:
         return self.launch_rule(M, N, K, {**self.defines, **(defines or {})})
 
+    def block_tile(self, defines: dict | None = None) -> tuple[int, int]:
+        """The rows and columns of C a block computes (32 x 32 for the one-thread-per-element stages)."""
+        d = {**self.defines, **(defines or {})}
+        return int(d.get("BM", d.get("TILE", 32))), int(d.get("BN", d.get("TILE", 32)))
+
     def tile_intensity(self) -> float:
         """FLOP per byte of global-memory traffic that the block tile implies when
         no cache helps: a BM x BN tile reads BM + BN floats per step of k for

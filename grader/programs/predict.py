@@ -93,7 +93,7 @@ def predict_file(args) -> int:
 
 
 # ---- held-out kernels ----------------------------------------------------------------------
-def held_out_name(stage_id: str, defines: dict) -> str:
+def kernel_name(stage_id: str, defines: dict) -> str:
     return f"{stage_id} " + " ".join(f"{k}={v}" for k, v in defines.items())
 
 
@@ -109,7 +109,7 @@ def measure(results: Path, argv: list[str]) -> int:
         return 2
     device = timing._context().Context.get_device()
     peak = timing.fp32_peak(device)
-    builds = [(held_out_name(sid, d), held_out_build(sid, d), d) for sid, d in HELD_OUT]
+    builds = [(kernel_name(sid, d), held_out_build(sid, d), d) for sid, d in HELD_OUT]
     functions = [sgemm.compile_kernel(st) for _, st, _ in builds]
     rows = []
     for M, N, K in HELD_OUT_SHAPES:
@@ -148,14 +148,13 @@ def _records(results: Path, gpu: str) -> list[dict]:
             key = json.dumps(r["config"], sort_keys=True)
             if r["split_k"] != 1 or not r.get("tflops") or key not in fitted:
                 continue
-            name = "warptiling " + " ".join(f"{k}={v}" for k, v in r["config"].items())
-            rows.append({"kernel": name, "stage": stage("warptiling"), "M": M, "N": N, "K": K,
-                         "defines": r["config"], "gflops": r["tflops"] * 1e3, "cublas": cublas,
+            rows.append({"kernel": kernel_name("warptiling", r["config"]), "stage": stage("warptiling"),
+                         "M": M, "N": N, "K": K, "defines": r["config"], "gflops": r["tflops"] * 1e3, "cublas": cublas,
                          "fitted": fitted[key], "set": "warptiling configurations"})
     held_out = results / "held-out.json"
     for r in json.loads(held_out.read_text())["results"] if held_out.exists() else []:
         if r["status"] == "ok":
-            rows.append({"kernel": held_out_name(r["stage"], r["defines"]), "stage": stage(r["stage"]),
+            rows.append({"kernel": kernel_name(r["stage"], r["defines"]), "stage": stage(r["stage"]),
                          "M": r["M"], "N": r["N"], "K": r["K"], "defines": r["defines"], "gflops": r["gflops"],
                          "cublas": r["cublas_gflops"], "fitted": False, "set": "stages at other tiles"})
     return rows

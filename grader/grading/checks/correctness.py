@@ -56,12 +56,6 @@ def heatmap(bad: np.ndarray, title: str) -> str:
 
 
 
-def _tile(stage) -> tuple[int, int]:
-    """The rows and columns of C a block computes (32 x 32 for the one-thread-per-element stages)."""
-    d = stage.defines
-    return int(d.get("BM", d.get("TILE", 32))), int(d.get("BN", d.get("TILE", 32)))
-
-
 def locate_fault(driver, run) -> str | None:
     """A fault the CPU reported without a source line, found again by the emulator's analysis (which
     checks every access): its readable reason naming the line and thread, or None."""
@@ -151,7 +145,8 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             r, c, want, got = cmp.first
             bad = sgemm.wrong_elements(C, A, B)[0]
             nan = sgemm.nan_hint(C[r, c])
-            hints = wrong_patterns.once([nan and (nan, nan), wrong_patterns.partial_tiles_only(bad, _tile(ctx.stage)),
+            hints = wrong_patterns.once([nan and (nan, nan),
+                                         wrong_patterns.partial_tiles_only(bad, ctx.stage.block_tile()),
                                          wrong_patterns.unwritten_rectangle(C, bad),
                                          wrong_patterns.sum_stops_early(C, A, B, bad)], said)
             problems.append(f"{cmp.wrong} of {M * N} elements wrong; first at row {r}, column {c}: "

@@ -215,6 +215,25 @@ def test_the_reference_is_built_once_for_every_process(tmp_path):
     assert grade()[1] == first
 
 
+def test_a_notebook_kernel_starts_from_the_graders_runtime_and_baseline_builds(tmp_path):
+    """The emulator cache a notebook's kernel gets at autograde time holds the grader's runtime library and
+    baseline builds, which that kernel then loads as they are, and no reference solution's build."""
+    import os
+    import subprocess
+    import sys
+
+    from grader.grading import isolation
+    seeded = tmp_path / "kernel-cache"
+    isolation.seed_cache(str(seeded))
+    before = {f.name: f.stat().st_mtime_ns for f in seeded.iterdir()}
+    assert sum(n.startswith("libcudaemu-") for n in before) == 2 and len(before) == 10, before
+    env = {**os.environ, "GRADER_EMULATOR_CACHE": str(seeded)}
+    p = subprocess.run([sys.executable, "-c", "from grader.grading import isolation; isolation.trusted_builds()"],
+                       env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert {f.name: f.stat().st_mtime_ns for f in seeded.iterdir()} == before
+
+
 def test_check_writes_nothing_to_stderr_and_renders(capfd):
     warned = variant("        float sum = 0.0f;\n", "        float sum = 0.0f;\n        int unused = 1;\n", NAIVE)
     report = grader.check("naive", warned, ["compiles", "correctness", "races", "performance"], seed=7)

@@ -193,6 +193,11 @@ def _run(cmd: list[str], cwd: str, timeout: float = 300) -> subprocess.Completed
     return _Started(cmd, cwd, timeout).result()
 
 
+def _runtime_key() -> str:
+    sources = b"".join((RUNTIME_DIR / f).read_bytes() for f in RUNTIME_SOURCES + RUNTIME_HEADERS + (RUNTIME_EXPORTS,))
+    return _digest(sources, _compiler_id(cxx()))
+
+
 def runtime_library() -> Path:
     """The runtime shared library: the prebuilt one configured (config.configure(runtime=...)) when its
     bytes have the recorded SHA-256, else built once per cache folder and source version."""
@@ -204,8 +209,7 @@ def runtime_library() -> Path:
             data = b""
         if hashlib.sha256(data).hexdigest() == prebuilt[1]:
             return _private_copy(data, Path(prebuilt[0]).name)
-    sources = b"".join((RUNTIME_DIR / f).read_bytes() for f in RUNTIME_SOURCES + RUNTIME_HEADERS + (RUNTIME_EXPORTS,))
-    key = _digest(sources, _compiler_id(cxx()))
+    key = _runtime_key()
     lib = cache_dir() / f"libcudaemu-{key}.so"
     meta = lib.with_suffix(".json")
     data = _verified_bytes(lib, key, meta) if lib.exists() else None
@@ -494,13 +498,27 @@ def _baseline_imports(no_extern_c: bool, analysis: bool) -> frozenset:
     return _baselines[key]
 
 
+def _module_key(source: str, options: list[str], include_dirs: list[str], no_extern_c: bool, analysis: bool) -> str:
+    tool = None if analysis else nvcc()
+    headers = b"".join(p.read_bytes() for d in (STUB_INCLUDE_DIR, PYCUDA_INCLUDE_DIR) for p in sorted(d.iterdir()))
+    return _digest(source, options, include_dirs, no_extern_c, ANALYSIS_FLAGS if analysis else ("-O2",),
+                   MODULE_LINK_FLAGS, headers, runtime_library().name, _compiler_id(cxx()), tool and _compiler_id(tool))
+
+
+def trusted_files() -> list[Path]:
+    """The cache's files of the builds every process makes first, built here when missing: the runtime
+    library and the baseline kernel's builds (public code, no answer), for a fresh cache to start from."""
+    baseline_imports()
+    names = [f"libcudaemu-{_runtime_key()}"] + [f"kernel-{_module_key(policy.BASELINE_SOURCE, [], [], *kind)}"
+                                                 for kind in BASELINE_KINDS]
+    return [cache_dir() / f"{name}{suffix}" for name in names for suffix in (".so", ".json")]
+
+
 def _build_module(source: str, options: list[str], include_dirs: list[str], no_extern_c: bool,
                   analysis: bool) -> BuiltModule:
     extra_flags = ANALYSIS_FLAGS if analysis else ("-O2",)
     tool = None if analysis else nvcc()
-    headers = b"".join(p.read_bytes() for d in (STUB_INCLUDE_DIR, PYCUDA_INCLUDE_DIR) for p in sorted(d.iterdir()))
-    key = _digest(source, options, include_dirs, no_extern_c, extra_flags, MODULE_LINK_FLAGS, headers, runtime_library().name,
-                  _compiler_id(cxx()), tool and _compiler_id(tool))
+    key = _module_key(source, options, include_dirs, no_extern_c, analysis)
     lib = cache_dir() / f"kernel-{key}.so"
     meta = cache_dir() / f"kernel-{key}.json"
     data = _verified_bytes(lib, key, meta) if lib.exists() and meta.exists() else None

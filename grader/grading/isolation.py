@@ -138,6 +138,17 @@ def trusted_builds() -> dict:
     return _trusted
 
 
+def seed_cache(folder: str) -> None:
+    """Start `folder`, the emulator cache of a process that runs student code (a notebook's kernel at
+    autograde time), with this process's runtime library and baseline builds, which it would otherwise
+    build again; never with the references' builds (those are answers)."""
+    trusted_builds()
+    os.makedirs(folder, exist_ok=True)
+    for path in build.trusted_files():
+        if path.exists():
+            shutil.copy2(path, folder)
+
+
 # ---- the parent's side ----------------------------------------------------------------------
 def run_check(exercise: str, check: str, submission: str, seed: int | None = None, timeout: float | None = None,
               backend_name: str | None = None) -> CheckResult:

@@ -18,7 +18,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Unicode
 
 from grader.course import gradebook
-from grader.grading.isolation import GPU_WAIT_S
+from grader.grading import isolation
 from grader.kernels import timing
 from grader.platform import sandbox, settings
 
@@ -74,10 +74,11 @@ class SandboxedKernelManager(AsyncKernelManager):
         connection = os.path.join(private, "connection.json")
         shutil.copy(self.connection_file, connection)
         cmd = [connection if arg == self.connection_file else arg for arg in cmd]
+        cache = os.path.join(private, "emulator-cache")
+        isolation.seed_cache(cache)
         env = dict(kw.get("env") or os.environ)
         env.update(TMPDIR=private, HOME=private, IPYTHONDIR=os.path.join(private, "ipython"),
-                   MPLCONFIGDIR=os.path.join(private, "matplotlib"),
-                   GRADER_EMULATOR_CACHE=os.path.join(private, "emulator-cache"))
+                   MPLCONFIGDIR=os.path.join(private, "matplotlib"), GRADER_EMULATOR_CACHE=cache)
         if _lock_paths:                 # its own timings run under the lock held for it (shown, never graded)
             env["GRADER_GPU_LOCK_HELD"] = timing.NOTEBOOK
         kw["env"] = env
@@ -113,7 +114,7 @@ class SandboxedExecute(Execute):
         timed while this notebook can use the GPU; the kernel cannot see the lock."""
         global _lock_paths
         protect_course(self.config)
-        with timing.held_for_child(times=False, wait_s=GPU_WAIT_S) as held:
+        with timing.held_for_child(times=False, wait_s=isolation.GPU_WAIT_S) as held:
             _lock_paths = list(held.hidden)
             try:
                 return super().preprocess(nb, resources, km)

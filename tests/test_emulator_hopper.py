@@ -2,7 +2,8 @@
 pycuda-include/hopper.cuh for nvcc): mbarriers with phases and bulk asynchronous copies. A ring of
 two stages streams tiles through shared memory; read before its wait, a tile is not there yet; a
 wait no arrival can end is a deadlock named by its line; a copy past the end of its buffer is named by
-its line; a graded source may include the header, and nvcc accepts it for sm_90."""
+its line; a stage refilled before its readers released it, or read before its wait, is a race named by
+the copy's line and the read's; a graded source may include the header, and nvcc accepts it for sm_90."""
 import shutil
 import subprocess
 
@@ -100,6 +101,102 @@ def test_a_wait_no_arrival_can_end_is_a_deadlock_with_its_line(cuda, source_modu
     assert err.value.kind == "deadlock", message
     assert f"256 thread(s) wait on an mbarrier on line {line} for its phase of parity 0" in message, message
     assert "1 of its 257 arrival(s)" in message, message
+
+
+# Warp specialization: thread TILE (warp 8) fills the stages, the first 8 warps read them and release
+# each stage on its `empty` mbarrier, which the producer waits on before refilling it.
+SPECIALIZED = """#include "hopper.cuh"
+#define TILE 256
+#define STAGES 2
+__global__ void stream(const float* in, float* out, int tiles)
+{
+    __shared__ float4 stage[STAGES][TILE / 4];
+    __shared__ uint64_t full[STAGES], empty[STAGES];
+    const int t = threadIdx.x;
+    if (t == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(&full[s], 1);
+            mbarrier_init(&empty[s], TILE);
+        }
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+    if (t == TILE) {
+        for (int i = 0; i < tiles; ++i) {
+            const int s = i % STAGES;
+            if (i >= STAGES) mbarrier_wait_parity(&empty[s], (i / STAGES - 1) % 2);
+            mbarrier_arrive_expect_tx(&full[s], TILE * 4);
+            bulk_copy_g2s(stage[s], in + i * TILE, TILE * 4, &full[s]);
+        }
+    } else if (t < TILE) {
+        for (int i = 0; i < tiles; ++i) {
+            const int s = i % STAGES;
+            mbarrier_wait_parity(&full[s], (i / STAGES) % 2);
+            const float v = reinterpret_cast<const float*>(stage[s])[t];
+            mbarrier_arrive(&empty[s]);
+            out[i * TILE + t] = 2.0f * v;
+        }
+    }
+}
+"""
+NO_EMPTY_WAIT = ("            if (i >= STAGES) mbarrier_wait_parity(&empty[s], (i / STAGES - 1) % 2);\n", "")
+
+
+def _line(source: str, text: str) -> int:
+    return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
+
+
+def _races(cuda, source_module, source: str, threads: int, tiles: int = 5):
+    from grader.emulator import analyze
+    kernel = source_module(source, include_dirs=[str(PYCUDA_INCLUDE_DIR)]).get_function("stream")
+    a = np.random.default_rng(5).random(tiles * TILE, dtype=np.float32)
+    out = np.full_like(a, np.nan)
+    with analyze() as report:
+        kernel(cuda.In(a), cuda.Out(out), np.int32(tiles), block=(threads, 1, 1), grid=(1, 1))
+    return report.races, np.array_equal(out, 2 * a)
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_a_producer_warp_that_waits_for_its_consumers_has_no_race(cuda, source_module):
+    races, right = _races(cuda, source_module, SPECIALIZED, TILE + 32)
+    assert right and races == [], [r.describe() for r in races]
+    races, right = _races(cuda, source_module, _ring_source(), TILE)
+    assert right and races == [], [r.describe() for r in races]
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_a_stage_refilled_before_its_consumers_released_it_is_a_race_named_by_its_lines(cuda, source_module):
+    source = SPECIALIZED.replace(*NO_EMPTY_WAIT)
+    assert source != SPECIALIZED
+    races, right = _races(cuda, source_module, source, TILE + 32, tiles=3)   # the third tile overruns the first
+    copy, read = _line(source, "bulk_copy_g2s("), _line(source, "const float v =")
+    assert not right and races and {(r.line_a, r.line_b) for r in races} <= {(read, copy), (copy, read)}, races
+    text = races[0].describe()
+    assert f"bulk copy on line {copy}" in text and f"line {read}" in text, text
+    assert "(256, 0, 0)" in text, text                          # the producer thread
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_a_stage_released_before_it_is_read_is_a_race_even_when_the_schedule_hides_it(cuda, source_module):
+    read, release = ("            const float v = reinterpret_cast<const float*>(stage[s])[t];\n",
+                     "            mbarrier_arrive(&empty[s]);\n")
+    source = SPECIALIZED.replace(read + release, release + read)
+    assert source != SPECIALIZED
+    races, right = _races(cuda, source_module, source, TILE + 32)
+    assert right                                                # here every thread read before the refill
+    assert {(r.kind, r.line_a, r.line_b) for r in races} == {
+        ("bulk copy over an access", _line(source, "const float v ="), _line(source, "bulk_copy_g2s("))}, races
+    assert "a stage refilled before its readers released it" in races[0].describe()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_a_tile_read_before_its_wait_is_a_race_with_the_copy(cuda, source_module):
+    source = _ring_source(READ_EARLY="const float v = tile[t];", READ_LATE="")
+    races, right = _races(cuda, source_module, source, TILE, tiles=3)
+    copy, read = _line(source, "bulk_copy_g2s("), _line(source, "const float v =")
+    assert not right and races, races
+    assert {(r.kind, r.line_a, r.line_b) for r in races} == {("access before its bulk copy's phase", copy, read)}
+    assert "with no wait for the mbarrier phase" in races[0].describe()
 
 
 def test_a_graded_source_may_include_the_header():

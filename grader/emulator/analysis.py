@@ -18,7 +18,8 @@ from functools import lru_cache
 
 from .binding import runtime
 
-RACE_KINDS = {0: "read after write", 1: "write after read", 2: "write after write"}
+RACE_KINDS = {0: "read after write", 1: "write after read", 2: "write after write",
+              3: "bulk copy over an access", 4: "access before its bulk copy's phase"}
 FINDING_KINDS = {0: "out of bounds", 1: "misaligned"}
 
 
@@ -136,6 +137,17 @@ class Race:
     count: int
 
     def describe(self) -> str:
+        where = f"in '{self.kernel}', block {self.block} ({self.count} time(s))"
+        if self.kind == RACE_KINDS[3]:
+            return (f"shared-memory race {where}: the bulk copy on line {self.line_b} (thread {self.thread_b}) "
+                    f"overwrites what line {self.line_a} (thread {self.thread_a}) accessed, and nothing orders that "
+                    f"access before the copy: a stage refilled before its readers released it (the producer "
+                    f"waits on an mbarrier they arrive on once done with it)")
+        if self.kind == RACE_KINDS[4]:
+            return (f"shared-memory race {where}: line {self.line_b} (thread {self.thread_b}) touches what the bulk "
+                    f"copy on line {self.line_a} (thread {self.thread_a}) writes, with no wait for the mbarrier "
+                    f"phase that copy completes on before it (a wait missing, on the wrong mbarrier or parity, or "
+                    f"the stage refilled before this thread was done with it)")
         return (f"shared-memory race ({self.kind}) in '{self.kernel}': line {self.line_a} (thread {self.thread_a}) "
                 f"and line {self.line_b} (thread {self.thread_b}) of block {self.block} touch the same word with no "
                 f"__syncthreads() between them ({self.count} time(s))")

@@ -34,6 +34,12 @@ void begin_block(uint3 block);
 void end_block();
 void barrier_released();
 void warp_released(unsigned warp);
+// The asynchronous proxy (include/hopper.cuh): mbarriers order threads, bulk copies write shared memory.
+void mbarrier_init(const void* bar);
+void mbarrier_arrive(const void* bar, unsigned tid);
+void mbarrier_completed(const void* bar);
+void mbarrier_passed(const void* bar, unsigned parity, unsigned tid);
+void bulk_copy(const void* dst, unsigned bytes, const void* bar, unsigned tid, uintptr_t pc);
 
 }  // namespace analysis
 
@@ -76,7 +82,9 @@ struct EmuGlobalStats {
     uintptr_t worst_addr[32];
 };
 struct EmuRace {
-    int kind;  // 0 read after write, 1 write after read, 2 write after write
+    // 0 read after write, 1 write after read, 2 write after write; 3 a bulk copy (b) over an access (a) not
+    // ordered before it; 4 an access (b) to what a bulk copy (a) fills, before a wait for its phase
+    int kind;
     uintptr_t pc_a, pc_b;
     unsigned tid_a, tid_b;  // linear thread ids in the block
     uint3 block;

@@ -525,6 +525,7 @@ static void complete_if_arrived(const void* bar, Mbarrier& m) {
     }
     m.copies.clear();
     if (m.tx != 0) return;
+    if (analysis::enabled()) analysis::mbarrier_completed(bar);
     for (auto& f : L.fibers)
         if (f.state == kAtMbarrier && f.mbarrier == bar && f.mbarrier_parity == m.phase) f.state = kReady;
     m.phase ^= 1;
@@ -538,6 +539,7 @@ extern "C" void __emu_mbarrier_init(int line, void* bar, unsigned count) {
     Mbarrier& m = L.mbarriers[bar];
     m = Mbarrier();
     m.expected = m.pending = count;
+    if (analysis::enabled()) analysis::mbarrier_init(bar);
 }
 
 extern "C" void __emu_mbarrier_arrive(int line, void* bar, long long tx_bytes) {
@@ -548,19 +550,22 @@ extern "C" void __emu_mbarrier_arrive(int line, void* bar, long long tx_bytes) {
         fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": an arrival on line " +
                                  std::to_string(line) + " at an mbarrier whose phase has all its arrivals");
     m.pending--;
+    if (analysis::enabled()) analysis::mbarrier_arrive(bar, cur->linear);
     complete_if_arrived(bar, m);
 }
 
 extern "C" void __emu_mbarrier_wait(int line, void* bar, unsigned parity) {
     check_not_sequential("an mbarrier wait");
     Mbarrier& m = mbarrier_at(line, bar, "a wait");
-    if (m.phase != int(parity & 1)) return;     // that phase has completed
-    Fiber* f = cur;
-    f->state = kAtMbarrier;
-    f->line = line;
-    f->mbarrier_parity = int(parity & 1);
-    f->mbarrier = bar;
-    switch_to_next_fiber();
+    if (m.phase == int(parity & 1)) {       // that phase is in progress: wait for it
+        Fiber* f = cur;
+        f->state = kAtMbarrier;
+        f->line = line;
+        f->mbarrier_parity = int(parity & 1);
+        f->mbarrier = bar;
+        switch_to_next_fiber();
+    }
+    if (analysis::enabled()) analysis::mbarrier_passed(bar, parity, cur->linear);
 }
 
 // A bulk copy checks no bounds, on the GPU either: its source must lie inside one device allocation and
@@ -597,6 +602,8 @@ extern "C" void __emu_bulk_copy(int line, void* dst, const void* src, unsigned b
         fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": the bulk copy on line " +
                                  std::to_string(line) + " needs a size and addresses that are multiples of 16 bytes");
     check_bulk_ranges(line, dst, src, bytes);
+    if (analysis::enabled())
+        analysis::bulk_copy(dst, bytes, bar, cur->linear, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
     m.copies.push_back({dst, src, bytes});
     complete_if_arrived(bar, m);      // issued after the phase's last arrival: it lands now
 }

@@ -12,7 +12,9 @@
 //
 // Here a phase completes when its last arrival arrives: its copies land then, so shared memory read
 // before the wait holds what was there before (the poison of a new block), as on a GPU where the copy
-// has not landed yet. A wait no arrival can end is reported as a deadlock, with its line.
+// has not landed yet. A wait no arrival can end is reported as a deadlock, with its line. The analysis
+// build orders threads by their arrivals and waits (analysis.cpp): a copy over shared memory another
+// thread accessed unordered, or an access to what a copy fills before a wait for its phase, is a race.
 #pragma once
 #include <cstdint>
 

@@ -199,14 +199,80 @@ def test_a_tile_read_before_its_wait_is_a_race_with_the_copy(cuda, source_module
     assert "with no wait for the mbarrier phase" in races[0].describe()
 
 
+# An epilogue through a bulk store: each thread writes its element to shared memory, fences it for the
+# asynchronous proxy, the block syncs, thread 0 stores the tile and waits until it has been read.
+EPILOGUE = """#include "hopper.cuh"
+#define TILE 256
+__global__ void stream(const float* in, float* out, int tiles)
+{
+    __shared__ float4 staged[TILE / 4];
+    float* tile = reinterpret_cast<float*>(staged);
+    const int t = threadIdx.x;
+    for (int i = 0; i < tiles; ++i) {
+        tile[t] = 2.0f * in[i * TILE + t];
+        fence_proxy_async();
+        __syncthreads();
+        if (t == 0) {
+            bulk_copy_s2g(out + i * TILE, tile, TILE * 4);
+            bulk_commit_group();
+            bulk_wait_group_read(0);
+        }
+        __syncthreads();
+    }
+}
+"""
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_an_epilogue_through_a_bulk_store_has_no_race(cuda, source_module):
+    races, right = _races(cuda, source_module, EPILOGUE, TILE)
+    assert right and races == [], [r.describe() for r in races]
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+@pytest.mark.parametrize("missing, kind, first, second, says", [
+    ("        fence_proxy_async();\n", "store not fenced before a bulk copy", "tile[t] =", "bulk_copy_s2g(",
+     "no fence_proxy_async() between them"),
+    ("            bulk_wait_group_read(0);\n", "write to a bulk store's source before its wait", "bulk_copy_s2g(",
+     "tile[t] =", "the store's wait (bulk_wait_group_read) and then a __syncthreads()"),
+    # thread 0 runs first here: it stores the tile before the others write their elements
+    ("        __syncthreads();\n        if (t == 0) {", "write to a bulk store's source before its wait",
+     "bulk_copy_s2g(", "tile[t] =", "a write meant for that store needs a __syncthreads() between it and the store"),
+])
+def test_a_bulk_store_mistake_is_a_race_named_by_its_lines(cuda, source_module, missing, kind, first, second, says):
+    source = EPILOGUE.replace(missing, "        if (t == 0) {" if missing.endswith("{") else "", 1)
+    assert source != EPILOGUE
+    races, _ = _races(cuda, source_module, source, TILE, tiles=3)
+    assert {(r.kind, r.line_a, r.line_b) for r in races} == {(kind, _line(source, first), _line(source, second))}, \
+        [r.describe() for r in races]
+    assert says in races[0].describe()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_a_bulk_store_of_elements_other_threads_wrote_unordered_is_a_race(cuda, source_module):
+    from grader.emulator import set_thread_order_seed
+    source = EPILOGUE.replace("        __syncthreads();\n        if (t == 0) {", "        if (t == 0) {", 1)
+    set_thread_order_seed(3)               # threads that write before thread 0 stores, and threads after it
+    try:
+        races, right = _races(cuda, source_module, source, TILE, tiles=2)
+    finally:
+        set_thread_order_seed(0)
+    kinds = {r.kind: r for r in races}
+    assert not right and set(kinds) == {"bulk store of an unordered write", "write to a bulk store's source before its wait"}
+    store = kinds["bulk store of an unordered write"]
+    assert (store.line_a, store.line_b) == (_line(source, "tile[t] ="), _line(source, "bulk_copy_s2g("))
+    assert "a __syncthreads() missing between the stores and the copy?" in store.describe()
+
+
 def test_a_graded_source_may_include_the_header():
     assert build.refusals(_ring_source()) == []
     assert build.refusals(_ring_source() + '#include <fstream>\n')        # what it may not include, still not
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_nvcc_accepts_the_gpu_header(tmp_path):
-    (tmp_path / "ring.cu").write_text(_ring_source())
-    p = subprocess.run(["nvcc", "--cubin", "-arch=sm_90", f"-I{PYCUDA_INCLUDE_DIR}", "-o", str(tmp_path / "ring.cubin"),
-                        str(tmp_path / "ring.cu")], capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("source", [_ring_source(), SPECIALIZED, EPILOGUE], ids=["ring", "specialized", "epilogue"])
+def test_nvcc_accepts_the_gpu_header(tmp_path, source):
+    (tmp_path / "kernel.cu").write_text(source)
+    p = subprocess.run(["nvcc", "--cubin", "-arch=sm_90", f"-I{PYCUDA_INCLUDE_DIR}", "-o", str(tmp_path / "k.cubin"),
+                        str(tmp_path / "kernel.cu")], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr

@@ -19,7 +19,9 @@ from functools import lru_cache
 from .binding import runtime
 
 RACE_KINDS = {0: "read after write", 1: "write after read", 2: "write after write",
-              3: "bulk copy over an access", 4: "access before its bulk copy's phase"}
+              3: "bulk copy over an access", 4: "access before its bulk copy's phase",
+              5: "store not fenced before a bulk copy", 6: "write to a bulk store's source before its wait",
+              7: "bulk store of an unordered write"}
 FINDING_KINDS = {0: "out of bounds", 1: "misaligned"}
 
 
@@ -148,6 +150,21 @@ class Race:
                     f"copy on line {self.line_a} (thread {self.thread_a}) writes, with no wait for the mbarrier "
                     f"phase that copy completes on before it (a wait missing, on the wrong mbarrier or parity, or "
                     f"the stage refilled before this thread was done with it)")
+        if self.kind == RACE_KINDS[5]:
+            return (f"shared-memory race {where}: line {self.line_a} (thread {self.thread_a}) writes shared memory "
+                    f"that the bulk copy on line {self.line_b} (thread {self.thread_b}) then reads or overwrites, with "
+                    f"no fence_proxy_async() between them: the copy (the asynchronous proxy) may not see that store "
+                    f"(fence after the stores, before the __syncthreads() or arrival that orders them before the copy)")
+        if self.kind == RACE_KINDS[6]:
+            return (f"shared-memory race {where}: line {self.line_b} (thread {self.thread_b}) writes shared memory "
+                    f"that the bulk store on line {self.line_a} (thread {self.thread_a}) reads, and nothing orders the "
+                    f"two: a write meant for that store needs a __syncthreads() between it and the store; a write "
+                    f"meant for a later one, the store's wait (bulk_wait_group_read) and then a __syncthreads() "
+                    f"before it")
+        if self.kind == RACE_KINDS[7]:
+            return (f"shared-memory race {where}: the bulk store on line {self.line_b} (thread {self.thread_b}) reads "
+                    f"what line {self.line_a} (thread {self.thread_a}) writes, and nothing orders that write before "
+                    f"the store (a __syncthreads() missing between the stores and the copy?)")
         return (f"shared-memory race ({self.kind}) in '{self.kernel}': line {self.line_a} (thread {self.thread_a}) "
                 f"and line {self.line_b} (thread {self.thread_b}) of block {self.block} touch the same word with no "
                 f"__syncthreads() between them ({self.count} time(s))")

@@ -70,6 +70,7 @@ def runtime() -> ctypes.CDLL:
         getattr(lib, name).restype = ctypes.c_size_t
         getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     lib.emu_analysis_enable.argtypes = [ctypes.c_int]
+    lib.emu_analysis_order.argtypes = [ctypes.c_int]
     return lib
 
 
@@ -104,12 +105,17 @@ _WAITING_CALLS = (b"__emu_syncthreads", b"__emu_syncthreads_reduce", b"__emu_syn
                   b"__emu_activemask", b"__emu_mbarrier_arrive", b"__emu_mbarrier_wait")
 
 
-def _may_wait(library: Path) -> bool:
-    """Whether the module's symbol names include a waiting call (an imported
+# The asynchronous proxy (runtime/include/hopper.cuh): a module that imports one of these has its analysed
+# launches keep a happens-before order of their threads (runtime/analysis.cpp).
+_ASYNC_PROXY_CALLS = (b"__emu_mbarrier_init", b"__emu_bulk_copy", b"__emu_bulk_store", b"__emu_fence_proxy_async")
+
+
+def _imports_any(library: Path, names) -> bool:
+    """Whether the module's symbol names include one of `names` (an imported
     function's name is in .dynstr only where the module calls it; a name found
     elsewhere, in a string or debug information, errs on the safe side)."""
     data = library.read_bytes()
-    return any(name + b"\0" in data for name in _WAITING_CALLS)
+    return any(name + b"\0" in data for name in names)
 
 
 class LoadedModule:
@@ -138,7 +144,8 @@ class LoadedModule:
             self.kernels.setdefault(kernel.symbol, kernel)
         self.variables = {info.globals[i].name.decode(): (info.globals[i].addr, info.globals[i].size)
                           for i in range(info.nglobals)}
-        self.sequential = not _may_wait(built.library)
+        self.sequential = not _imports_any(built.library, _WAITING_CALLS)
+        self.async_proxy = _imports_any(built.library, _ASYNC_PROXY_CALLS)
 
     def launch(self, kernel: Kernel, params: bytes, grid: tuple[int, int, int], block: tuple[int, int, int],
                shared: int, timeout: float, seed: int = 0,
@@ -149,6 +156,7 @@ class LoadedModule:
         g = (ctypes.c_uint * 3)(*grid)
         b = (ctypes.c_uint * 3)(*block)
         flat = (ctypes.c_size_t * (2 * len(buffers) + 1))(*[v for pair in sorted(buffers) for v in pair])
+        rt.emu_analysis_order(int(self.async_proxy))
         start = time.perf_counter()
         code = rt.emu_launch(self._info, kernel.index, params, len(params), g, b, shared, timeout, seed,
                              flat, len(buffers), self.sequential)

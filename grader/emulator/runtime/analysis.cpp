@@ -68,25 +68,35 @@ static std::map<std::tuple<int, uintptr_t, uintptr_t>, EmuRace> races;
 static std::vector<EmuFinding> findings;
 
 // ---- the asynchronous proxy ------------------------------------------------------
-// Threads that synchronise through mbarriers share no barrier interval, so a block that initialises one
-// also keeps a happens-before order: a vector clock per thread, with an entry for each thread and one
-// for each mbarrier (its completed phases). __syncthreads() and warp syncs join the clocks of the
-// threads they release; an arrival adds the thread's clock to its phase, and a wait that the phase
-// ends takes that phase's clock. A bulk copy must come after every access to the words it overwrites
-// (a consumer releasing a stage before the producer refills it), and an access to what a copy fills
-// must come after a wait for the phase that copy completes.
-struct Accessor { unsigned tid, clock; uintptr_t pc; };
+// Threads that synchronise through mbarriers share no barrier interval, so a launch of a module that
+// uses the asynchronous proxy (include/hopper.cuh) also keeps a happens-before order: a vector clock per
+// thread, with an entry for each thread and one for each mbarrier (its completed phases).
+// __syncthreads() and warp syncs join the clocks of the threads they release; an arrival adds the
+// thread's clock to its phase, and a wait that the phase ends takes that phase's clock. A bulk copy
+// must come after every access to the words it overwrites (a consumer releasing a stage before the
+// producer refills it), and an access to what a copy fills after a wait for the phase that copy
+// completes. A bulk copy that reads or overwrites what ordinary stores wrote must also come after a
+// proxy fence of the storing thread, and a bulk store's source may be written again only once its
+// thread's wait for it is ordered before that write.
+struct Accessor { unsigned tid, clock, store_clock; uintptr_t pc, store_pc; };   // store_clock 0: no store
 struct AsyncWord {
     std::vector<Accessor> accessors;    // generic accesses since the last bulk copy (at most kAccessors)
     size_t bar = 0;                     // the clock entry of the mbarrier its last copy completes on (0: none)
     unsigned phase = 0;                 // that mbarrier's completed phases once the copy has landed
     unsigned tid = 0;
     uintptr_t pc = 0;
+    bool stored = false;                // a bulk store reads it: issued by store_tid, its store_seq-th
+    unsigned store_tid = 0, store_seq = 0;
+    uintptr_t store_pc = 0;
 };
 static const size_t kAccessors = 64;
+static bool order_launch;                       // the launch's module uses the asynchronous proxy
 static bool ordered;                            // this block keeps the order below
 static unsigned block_threads;
 static std::vector<std::vector<unsigned>> clocks;
+static std::vector<std::vector<unsigned>> fences;     // per thread: its clock at each proxy fence
+// per thread: (how many of its bulk stores are done, its clock) at each of its waits for them
+static std::vector<std::vector<std::pair<unsigned, unsigned>>> store_waits;
 // An mbarrier's clocks: of the phase in progress's arrivals, and of the last completed phase of each parity.
 struct Phase { std::vector<unsigned> arrived, completed[2]; size_t entry; unsigned count; };
 static std::map<const void*, Phase> phases;
@@ -128,10 +138,13 @@ void begin_launch(const LaunchRanges& r, int nthreads) {
 void begin_block(uint3 b) {
     block = b;
     epoch++;
-    ordered = false;
     phases.clear();
-    clocks.clear();
-    async_words.clear();
+    ordered = order_launch;
+    clocks.assign(ordered ? block_threads : 0, std::vector<unsigned>(ordered ? block_threads : 0, 0));
+    for (unsigned t = 0; t < clocks.size(); t++) clocks[t][t] = 1;
+    fences.assign(clocks.size(), {});
+    store_waits.assign(clocks.size(), {});
+    async_words.assign(ordered ? shadow.size() : 0, AsyncWord{});
     std::fill(occurrences.begin(), occurrences.end(), Occurrence{0, 0});
     requests.clear();
     global_requests.clear();
@@ -159,12 +172,7 @@ static void release_together(unsigned first, unsigned n) {
 }
 
 void mbarrier_init(const void* bar) {
-    if (!ordered) {
-        ordered = true;
-        clocks.assign(block_threads, std::vector<unsigned>(block_threads, 0));
-        for (unsigned t = 0; t < block_threads; t++) clocks[t][t] = 1;
-        async_words.assign(shadow.size(), AsyncWord{});
-    }
+    if (!ordered) return;
     size_t entry = phases.count(bar) ? phases[bar].entry : block_threads + phases.size();
     phases[bar] = Phase{{}, {{}, {}}, entry, 0};
 }
@@ -199,6 +207,21 @@ static size_t word_of(uintptr_t a) {
     return size_t(shi - slo) / 4 + (a - reinterpret_cast<uintptr_t>(R.dynamic_lo)) / 4;
 }
 
+// What thread `tid` knows of thread `other`'s clock (its own: all of it).
+static unsigned known(unsigned tid, unsigned other) { return tid == other ? clocks[tid][tid] : clock_of(tid, other); }
+
+// A proxy fence of thread w between its store at clock c and what `tid` knows of w.
+static bool fenced(unsigned w, unsigned c, unsigned tid) {
+    auto f = std::lower_bound(fences[w].begin(), fences[w].end(), c);
+    return f != fences[w].end() && *f < known(tid, w);
+}
+
+void proxy_fence(unsigned tid) {
+    if (!ordered) return;
+    fences[tid].push_back(clocks[tid][tid]);
+    clocks[tid][tid]++;
+}
+
 void bulk_copy(const void* dst, unsigned bytes, const void* bar, unsigned tid, uintptr_t pc) {
     auto it = phases.find(bar);
     if (!ordered || it == phases.end()) return;
@@ -207,18 +230,67 @@ void bulk_copy(const void* dst, unsigned bytes, const void* bar, unsigned tid, u
         size_t w = word_of(a + off);
         if (w >= async_words.size()) return;
         AsyncWord& word = async_words[w];
-        for (const Accessor& x : word.accessors)
-            if (x.tid != tid && clock_of(tid, x.tid) < x.clock) race(3, x.pc, int(x.tid), pc, tid, a + off);
+        for (const Accessor& x : word.accessors) {
+            if (known(tid, x.tid) < x.clock)
+                race(3, x.pc, int(x.tid), pc, tid, a + off);
+            else if (x.store_clock && !fenced(x.tid, x.store_clock, tid))
+                race(5, x.store_pc, int(x.tid), pc, tid, a + off);
+        }
         word = AsyncWord{{}, it->second.entry, it->second.count + 1, tid, pc};
     }
 }
 
-static void check_async(size_t w, unsigned me, uintptr_t pc, uintptr_t addr) {
+void bulk_store(const void* src, unsigned bytes, unsigned tid, unsigned seq, uintptr_t pc) {
+    if (!ordered) return;
+    auto a = reinterpret_cast<uintptr_t>(src);
+    for (unsigned off = 0; off < bytes; off += 4) {
+        size_t w = word_of(a + off);
+        if (w >= async_words.size()) return;
+        AsyncWord& word = async_words[w];
+        for (const Accessor& x : word.accessors) {
+            if (!x.store_clock) continue;
+            if (known(tid, x.tid) < x.store_clock)
+                race(7, x.store_pc, int(x.tid), pc, tid, a + off);
+            else if (!fenced(x.tid, x.store_clock, tid))
+                race(5, x.store_pc, int(x.tid), pc, tid, a + off);
+        }
+        word.stored = true;
+        word.store_tid = tid;
+        word.store_seq = seq;
+        word.store_pc = pc;
+    }
+}
+
+void bulk_store_waited(unsigned tid, unsigned stores_done) {
+    if (!ordered) return;
+    store_waits[tid].push_back({stores_done, clocks[tid][tid]});
+    clocks[tid][tid]++;
+}
+
+// Whether the wait of thread p that finished its seq-th bulk store is ordered before what `me` does now.
+static bool store_waited(unsigned p, unsigned seq, unsigned me) {
+    for (auto& [done, clock] : store_waits[p])
+        if (done > seq) return clock < known(me, p);
+    return false;
+}
+
+static void check_async(size_t w, bool store, unsigned me, uintptr_t pc, uintptr_t addr) {
     AsyncWord& word = async_words[w];
     if (word.bar && clock_of(me, word.bar) < word.phase) race(4, word.pc, int(word.tid), pc, me, addr);
+    if (store && word.stored) {
+        if (!store_waited(word.store_tid, word.store_seq, me))
+            race(6, word.store_pc, int(word.store_tid), pc, me, addr);
+        word.stored = false;
+    }
     for (Accessor& x : word.accessors)
-        if (x.tid == me) { x.clock = clocks[me][me]; x.pc = pc; return; }
-    if (word.accessors.size() < kAccessors) word.accessors.push_back(Accessor{me, clocks[me][me], pc});
+        if (x.tid == me) {
+            x.clock = clocks[me][me];
+            x.pc = pc;
+            if (store) { x.store_clock = x.clock; x.store_pc = pc; }
+            return;
+        }
+    if (word.accessors.size() < kAccessors)
+        word.accessors.push_back(Accessor{me, clocks[me][me], store ? clocks[me][me] : 0, pc, store ? pc : 0});
 }
 
 void barrier_released() { epoch++; barriers++; release_together(0, block_threads); }
@@ -445,7 +517,7 @@ static void access(const void* p, int size, bool store, uintptr_t pc) {
         size_t base = word_of(a);
         for (int w = 0; w < (size + 3) / 4; w++) {
             check_race(shadow[base + w], store, me, pc, a);
-            if (ordered) check_async(base + w, me, pc, a);
+            if (ordered) check_async(base + w, store, me, pc, a);
         }
         return;
     }
@@ -503,6 +575,9 @@ extern "C" void __asan_before_dynamic_init(const char*) {}
 extern "C" void __asan_after_dynamic_init(void) {}
 
 // ---- host API -----------------------------------------------------------------------
+// Whether the next launches' module uses the asynchronous proxy (grader/emulator/binding.py tells).
+extern "C" void emu_analysis_order(int on) { emu::analysis::order_launch = on != 0; }
+
 extern "C" void emu_analysis_enable(int on) {
     emu::analysis::active = on != 0;
     emu::analysis::sites.clear();

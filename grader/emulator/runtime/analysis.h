@@ -40,6 +40,9 @@ void mbarrier_arrive(const void* bar, unsigned tid);
 void mbarrier_completed(const void* bar);
 void mbarrier_passed(const void* bar, unsigned parity, unsigned tid);
 void bulk_copy(const void* dst, unsigned bytes, const void* bar, unsigned tid, uintptr_t pc);
+void bulk_store(const void* src, unsigned bytes, unsigned tid, unsigned seq, uintptr_t pc);
+void bulk_store_waited(unsigned tid, unsigned stores_done);
+void proxy_fence(unsigned tid);
 
 }  // namespace analysis
 
@@ -83,7 +86,9 @@ struct EmuGlobalStats {
 };
 struct EmuRace {
     // 0 read after write, 1 write after read, 2 write after write; 3 a bulk copy (b) over an access (a) not
-    // ordered before it; 4 an access (b) to what a bulk copy (a) fills, before a wait for its phase
+    // ordered before it; 4 an access (b) to what a bulk copy (a) fills, before a wait for its phase;
+    // 5 a store (a) a bulk copy (b) reads or overwrites, with no proxy fence between; 6 a write (b) to what
+    // a bulk store (a) reads, unordered with its wait; 7 a bulk store (b) of a write (a) not ordered before it
     int kind;
     uintptr_t pc_a, pc_b;
     unsigned tid_a, tid_b;  // linear thread ids in the block

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <csetjmp>
 #include <cstdarg>
@@ -22,6 +23,7 @@
 
 #include "analysis.h"
 #include "emu_abi.h"
+
 #include "fiber.h"
 #include "runtime.h"
 
@@ -45,6 +47,12 @@ struct Fiber {
     unsigned took_part;  // lanes of its last warp exchange
     const void* mbarrier;  // the mbarrier it waits on (kAtMbarrier), for its phase of parity mbarrier_parity
     int mbarrier_parity;
+    // Its bulk stores (shared -> global) not yet performed: each in a group once committed (-1 before),
+    // performed when a wait leaves fewer groups pending, or when the thread exits.
+    struct Store { void* dst; const void* src; unsigned bytes; int group; };
+    std::vector<Store> stores;
+    int groups_committed, groups_done;
+    unsigned stores_done;
 };
 
 // An mbarrier (the course's Hopper header, include/hopper.cuh): its phase completes when the expected
@@ -299,9 +307,26 @@ static bool release_soft_rendezvous() {
     return released;
 }
 
+// Bulk stores, shared -> global, in groups (include/hopper.cuh): performed at the wait that leaves fewer
+// groups pending (or when the thread exits), so that shared memory written after the store and before
+// its wait reaches global memory, as it may on the GPU.
+static void perform_stores(Fiber* f, int through_group) {
+    size_t kept = 0;
+    for (auto& st : f->stores) {
+        if (through_group == INT_MAX || (st.group >= 0 && st.group <= through_group)) {
+            memcpy(st.dst, st.src, st.bytes);
+            f->stores_done++;
+        } else {
+            f->stores[kept++] = st;
+        }
+    }
+    f->stores.resize(kept);
+}
+
 static void fiber_main() {
     L.thunk(L.fn, L.params);
     Fiber* f = cur;
+    perform_stores(f, INT_MAX);
     f->state = kDone;
     L.ndone++;
     Warp& w = L.warps[f->linear / 32];
@@ -320,6 +345,7 @@ static void sequential_main() {
         cur = f;
         threadIdx = f->tid;
         L.thunk(L.fn, L.params);
+        perform_stores(f, INT_MAX);
         f->state = kDone;
         L.ndone++;
     }
@@ -408,6 +434,8 @@ static void run_block(uint3 bid) {
         if (!L.sequential)
             f.sp = fiber_init(stacks + i * stack_stride + page_size(), stack_size + kColourSpan - stack_colour(i), fiber_main);
         f.state = kReady;
+        f.groups_committed = f.groups_done = 0;
+        f.stores_done = 0;
     }
     if (L.sequential) L.fibers[0].sp = fiber_init(stacks + page_size(), stack_size + kColourSpan, sequential_main);
     for (size_t w = 0; w < L.warps.size(); w++) {
@@ -568,44 +596,72 @@ extern "C" void __emu_mbarrier_wait(int line, void* bar, unsigned parity) {
     if (analysis::enabled()) analysis::mbarrier_passed(bar, parity, cur->linear);
 }
 
-// A bulk copy checks no bounds, on the GPU either: its source must lie inside one device allocation and
-// its destination inside the block's shared memory, or the kernel is wrong (it would read or overwrite
-// whatever lies there).
-static void check_bulk_ranges(int line, const void* dst, const void* src, unsigned bytes) {
-    const uintptr_t s = reinterpret_cast<uintptr_t>(src), d = reinterpret_cast<uintptr_t>(dst);
+// A bulk copy checks no bounds, on the GPU either: its global side must lie inside one device allocation
+// and its shared side inside the block's shared memory, or the kernel is wrong (it would read or
+// overwrite whatever lies there).
+static void check_bulk_ranges(int line, const void* global, const void* shared, unsigned bytes, bool store) {
+    const uintptr_t g = reinterpret_cast<uintptr_t>(global), d = reinterpret_cast<uintptr_t>(shared);
     const std::string head = "kernel '" + std::string(L.kernel) + "', " + where() + ": the bulk copy on line " +
                              std::to_string(line) + " ";
+    const std::string moves = (store ? "writes " : "reads ") + std::to_string(bytes) + (store ? " bytes to " : " bytes from ");
+    if (bytes == 0 || bytes % 16 || g % 16 || d % 16)
+        fail(kLaunchFailure, head + "needs a size and addresses that are multiples of 16 bytes");
     const uintptr_t* b = L.buffers;
     size_t i = 0;
-    while (i < L.nbuffers && !(s >= b[2 * i] && s < b[2 * i] + b[2 * i + 1])) i++;
+    while (i < L.nbuffers && !(g >= b[2 * i] && g < b[2 * i] + b[2 * i + 1])) i++;
     if (i == L.nbuffers)
-        fail(kLaunchFailure, head + "reads " + std::to_string(bytes) + " bytes from an address in no device "
-                                 "allocation (a tile past the edge of the matrix?)");
+        fail(kLaunchFailure, head + moves + "an address in no device allocation (a tile past the edge of the matrix?)");
     const uintptr_t end = b[2 * i] + b[2 * i + 1];
-    if (s + bytes > end)
-        fail(kLaunchFailure, head + "reads " + std::to_string(bytes) + " bytes from global memory, " +
-                                 std::to_string(s + bytes - end) + " of them past the end of the allocation it starts "
-                                 "in: a tile past the edge of the matrix? A bulk copy checks no bounds: copy only "
-                                 "what lies inside");
+    if (g + bytes > end)
+        fail(kLaunchFailure, head + moves + "global memory, " + std::to_string(g + bytes - end) +
+                                 " of them past the end of the allocation it starts in: a tile past the edge of the "
+                                 "matrix? A bulk copy checks no bounds: copy only what lies inside");
     const uintptr_t lo = reinterpret_cast<uintptr_t>(L.mod->shared_begin), hi = reinterpret_cast<uintptr_t>(L.mod->shared_end);
     const uintptr_t dlo = reinterpret_cast<uintptr_t>(L.dynamic_shared.data());
     const bool in_static = d >= lo && d + bytes <= hi;
     const bool in_dynamic = !L.dynamic_shared.empty() && d >= dlo && d + bytes <= dlo + L.dynamic_shared.size();
     if (!in_static && !in_dynamic)
-        fail(kLaunchFailure, head + "writes " + std::to_string(bytes) + " bytes that do not all lie in the block's "
-                                 "shared memory");
+        fail(kLaunchFailure, head + (store ? "reads " : "writes ") + std::to_string(bytes) +
+                                 " bytes that do not all lie in the block's shared memory");
 }
 
 extern "C" void __emu_bulk_copy(int line, void* dst, const void* src, unsigned bytes, void* bar) {
     Mbarrier& m = mbarrier_at(line, bar, "a bulk copy");
-    if (bytes == 0 || bytes % 16 || reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16)
-        fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": the bulk copy on line " +
-                                 std::to_string(line) + " needs a size and addresses that are multiples of 16 bytes");
-    check_bulk_ranges(line, dst, src, bytes);
+    check_bulk_ranges(line, src, dst, bytes, false);
     if (analysis::enabled())
         analysis::bulk_copy(dst, bytes, bar, cur->linear, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
     m.copies.push_back({dst, src, bytes});
     complete_if_arrived(bar, m);      // issued after the phase's last arrival: it lands now
+}
+
+extern "C" void __emu_bulk_store(int line, void* dst, const void* src, unsigned bytes) {
+    check_bulk_ranges(line, dst, src, bytes, true);
+    Fiber* f = cur;
+    if (analysis::enabled())
+        analysis::bulk_store(src, bytes, f->linear, unsigned(f->stores_done + f->stores.size()),
+                             reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+    f->stores.push_back({dst, src, bytes, -1});
+}
+
+extern "C" void __emu_bulk_commit(void) {
+    Fiber* f = cur;
+    for (auto& st : f->stores)
+        if (st.group < 0) st.group = f->groups_committed;
+    f->groups_committed++;       // a group with no store too, as on the GPU
+}
+
+extern "C" void __emu_bulk_wait(int pending) {
+    Fiber* f = cur;
+    const int through = f->groups_committed - std::max(pending, 0) - 1;
+    if (through >= f->groups_done) {
+        perform_stores(f, through);
+        f->groups_done = through + 1;
+    }
+    if (analysis::enabled()) analysis::bulk_store_waited(f->linear, f->stores_done);
+}
+
+extern "C" void __emu_fence_proxy_async(void) {
+    if (analysis::enabled()) analysis::proxy_fence(cur->linear);
 }
 
 extern "C" unsigned __emu_lane_id(void) { return cur->linear % 32; }

@@ -8,11 +8,16 @@
 //   mbarrier_arrive_expect_tx(&full, bytes);  // one arrival, announcing `bytes` that bulk copies bring
 //   bulk_copy_g2s(dst, src, bytes, &full);    // global -> shared, 16-byte multiples, landing on `full`
 //   mbarrier_wait_parity(&full, parity);      // until the phase of that parity (0, 1, 0, ...) completes
-//   fence_proxy_async();                      // shared writes of this thread, before an asynchronous copy reuses them
+//   bulk_copy_s2g(dst, src, bytes);           // shared -> global, 16-byte multiples, in this thread's next group
+//   bulk_commit_group();                      // the bulk stores issued since the last commit form a group
+//   bulk_wait_group_read(n);                  // until at most n groups still read shared memory (n: a constant)
+//   fence_proxy_async();                      // this thread's shared stores, before a bulk copy reads or overwrites them
 //
 // Here a phase completes when its last arrival arrives: its copies land then, so shared memory read
 // before the wait holds what was there before (the poison of a new block), as on a GPU where the copy
-// has not landed yet. A wait no arrival can end is reported as a deadlock, with its line. The analysis
+// has not landed yet; a bulk store reads shared memory at its wait (or when its thread exits), so
+// what is written there before the wait may reach global memory. A wait no arrival can end is reported
+// as a deadlock, with its line. The analysis
 // build orders threads by their arrivals and waits (analysis.cpp): a copy over shared memory another
 // thread accessed unordered, or an access to what a copy fills before a wait for its phase, is a race.
 #pragma once
@@ -23,6 +28,10 @@ void __emu_mbarrier_init(int line, void* bar, unsigned count);
 void __emu_mbarrier_arrive(int line, void* bar, long long tx_bytes);
 void __emu_mbarrier_wait(int line, void* bar, unsigned parity);
 void __emu_bulk_copy(int line, void* dst, const void* src, unsigned bytes, void* bar);
+void __emu_bulk_store(int line, void* dst, const void* src, unsigned bytes);
+void __emu_bulk_commit(void);
+void __emu_bulk_wait(int pending);
+void __emu_fence_proxy_async(void);
 }
 
 #define mbarrier_init(bar, count) __emu_mbarrier_init(__LINE__, (bar), (count))
@@ -30,5 +39,8 @@ void __emu_bulk_copy(int line, void* dst, const void* src, unsigned bytes, void*
 #define mbarrier_arrive_expect_tx(bar, bytes) __emu_mbarrier_arrive(__LINE__, (bar), (long long)(bytes))
 #define mbarrier_wait_parity(bar, parity) __emu_mbarrier_wait(__LINE__, (bar), (parity))
 #define bulk_copy_g2s(dst, src, bytes, bar) __emu_bulk_copy(__LINE__, (dst), (src), (bytes), (bar))
+#define bulk_copy_s2g(dst, src, bytes) __emu_bulk_store(__LINE__, (dst), (src), (bytes))
+#define bulk_commit_group() __emu_bulk_commit()
+#define bulk_wait_group_read(n) __emu_bulk_wait(n)
+#define fence_proxy_async() __emu_fence_proxy_async()
 static inline void fence_mbarrier_init() {}
-static inline void fence_proxy_async() {}

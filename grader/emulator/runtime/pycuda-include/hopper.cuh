@@ -1,6 +1,6 @@
-// The course's Hopper header for nvcc (sm_90): mbarriers and bulk asynchronous copies in inline PTX, so
-// that a student's source needs no asm of its own. The emulator's own, with the same calls and what each
-// does, is include/hopper.cuh.
+// The course's Hopper header for nvcc (sm_90): mbarriers and bulk asynchronous copies (global to shared
+// on an mbarrier, shared to global in groups) in inline PTX, so that a student's source needs no asm of
+// its own. The emulator's own, with the same calls and what each does, is include/hopper.cuh.
 #pragma once
 #include <cstdint>
 
@@ -49,3 +49,17 @@ static __device__ __forceinline__ void fence_proxy_async()
 {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+
+static __device__ __forceinline__ void bulk_copy_s2g(void* dst, const void* src, unsigned bytes)
+{
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                 :: "l"(dst), "r"(__hopper_smem(src)), "r"(bytes) : "memory");
+}
+
+static __device__ __forceinline__ void bulk_commit_group()
+{
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// n: a constant (PTX takes it as an immediate)
+#define bulk_wait_group_read(n) asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(n) : "memory")

@@ -3,7 +3,9 @@ pycuda-include/hopper.cuh for nvcc): mbarriers with phases and bulk asynchronous
 two stages streams tiles through shared memory; read before its wait, a tile is not there yet; a
 wait no arrival can end is a deadlock named by its line; a copy past the end of its buffer is named by
 its line; a stage refilled before its readers released it, or read before its wait, is a race named by
-the copy's line and the read's; a graded source may include the header, and nvcc accepts it for sm_90."""
+the copy's line and the read's, and so are a bulk store's mistakes (no proxy fence, its source written
+before its wait); a tensor copy loads a box of a matrix, zeros outside it; a graded source may include
+the header, and nvcc accepts it for sm_90."""
 import shutil
 import subprocess
 
@@ -264,13 +266,66 @@ def test_a_bulk_store_of_elements_other_threads_wrote_unordered_is_a_race(cuda, 
     assert "a __syncthreads() missing between the stores and the copy?" in store.describe()
 
 
+# Tensor copies: each block loads one box of a matrix whose sides are no multiple of the box's.
+BOXES = """#include "hopper.cuh"
+#define BOX_ROWS 8
+#define BOX_COLS 16
+__global__ void boxes(const __grid_constant__ TensorMap map, float* out)
+{
+    __shared__ __align__(128) float box[BOX_ROWS * BOX_COLS];
+    __shared__ uint64_t full;
+    const int t = threadIdx.x;
+    if (t == 0) {
+        mbarrier_init(&full, 1);
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+    if (t == 0) {
+        mbarrier_arrive_expect_tx(&full, sizeof(box));
+        tma_load_2d(box, &map, blockIdx.x * BOX_COLS, blockIdx.y * BOX_ROWS, &full);
+    }
+    mbarrier_wait_parity(&full, 0);
+    out[(blockIdx.y * gridDim.x + blockIdx.x) * BOX_ROWS * BOX_COLS + t] = box[t];
+}
+"""
+
+
+def test_a_tensor_copy_loads_a_box_and_zeros_outside_the_matrix(cuda, source_module):
+    from grader.kernels.tensor_map import tensor_map_2d
+    rows, cols, box = 20, 40, (8, 16)
+    a = np.random.default_rng(7).random((rows, cols), dtype=np.float32)
+    grid = (-(-cols // box[1]), -(-rows // box[0]))
+    d_a = cuda.to_device(a)
+    out = np.full(grid[0] * grid[1] * box[0] * box[1], np.nan, np.float32)
+    kernel = source_module(BOXES, include_dirs=[str(PYCUDA_INCLUDE_DIR)]).get_function("boxes")
+    kernel(tensor_map_2d(int(d_a), a.shape, box, a.dtype), cuda.Out(out), block=(box[0] * box[1], 1, 1), grid=grid)
+    padded = np.zeros((grid[1] * box[0], grid[0] * box[1]), np.float32)
+    padded[:rows, :cols] = a
+    expected = padded.reshape(grid[1], box[0], grid[0], box[1]).transpose(0, 2, 1, 3).ravel()
+    assert np.array_equal(out, expected)
+
+
+@pytest.mark.parametrize("shape, box, dtype, says", [
+    ((20, 41), (8, 16), np.float32, "rows are 164 bytes apart, not a multiple of 16"),
+    ((20, 40), (8, 6), np.float32, "a box row of 6 elements is 24 bytes"),
+    ((20, 40), (300, 16), np.float32, "each side must be 1 to 256 elements"),
+    ((20, 40), (8, 16), np.complex64, "a tensor map of complex64 elements"),
+])
+def test_a_tensor_map_the_driver_would_refuse_says_why(shape, box, dtype, says):
+    from grader.kernels.tensor_map import TensorMapError, tensor_map_2d
+    with pytest.raises(TensorMapError) as e:
+        tensor_map_2d(1 << 20, shape, box, dtype)
+    assert says in str(e.value), str(e.value)
+
+
 def test_a_graded_source_may_include_the_header():
     assert build.refusals(_ring_source()) == []
     assert build.refusals(_ring_source() + '#include <fstream>\n')        # what it may not include, still not
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("source", [_ring_source(), SPECIALIZED, EPILOGUE], ids=["ring", "specialized", "epilogue"])
+@pytest.mark.parametrize("source", [_ring_source(), SPECIALIZED, EPILOGUE, BOXES],
+                         ids=["ring", "specialized", "epilogue", "tensor-copy"])
 def test_nvcc_accepts_the_gpu_header(tmp_path, source):
     (tmp_path / "kernel.cu").write_text(source)
     p = subprocess.run(["nvcc", "--cubin", "-arch=sm_90", f"-I{PYCUDA_INCLUDE_DIR}", "-o", str(tmp_path / "k.cubin"),

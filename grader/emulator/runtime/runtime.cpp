@@ -63,7 +63,7 @@ struct Mbarrier {
     unsigned expected = 0, pending = 0;
     long long tx = 0;          // bytes announced and not landed
     int phase = 0;             // the parity of the phase in progress
-    struct Copy { void* dst; const void* src; unsigned bytes; };
+    struct Copy { void* dst; const void* src; unsigned bytes; std::vector<unsigned char> box; };  // box: a tensor copy's
     std::vector<Copy> copies;
 };
 
@@ -548,7 +548,7 @@ static Mbarrier& mbarrier_at(int line, const void* bar, const char* what) {
 static void complete_if_arrived(const void* bar, Mbarrier& m) {
     if (m.pending != 0) return;
     for (auto& c : m.copies) {
-        memcpy(c.dst, c.src, c.bytes);
+        memcpy(c.dst, c.box.empty() ? c.src : c.box.data(), c.bytes);
         m.tx -= c.bytes;
     }
     m.copies.clear();
@@ -596,6 +596,17 @@ extern "C" void __emu_mbarrier_wait(int line, void* bar, unsigned parity) {
     if (analysis::enabled()) analysis::mbarrier_passed(bar, parity, cur->linear);
 }
 
+static void check_shared_range(const std::string& head, const void* shared, size_t bytes, bool read) {
+    const uintptr_t d = reinterpret_cast<uintptr_t>(shared);
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(L.mod->shared_begin), hi = reinterpret_cast<uintptr_t>(L.mod->shared_end);
+    const uintptr_t dlo = reinterpret_cast<uintptr_t>(L.dynamic_shared.data());
+    const bool in_static = d >= lo && d + bytes <= hi;
+    const bool in_dynamic = !L.dynamic_shared.empty() && d >= dlo && d + bytes <= dlo + L.dynamic_shared.size();
+    if (!in_static && !in_dynamic)
+        fail(kLaunchFailure, head + (read ? "reads " : "writes ") + std::to_string(bytes) +
+                                 " bytes that do not all lie in the block's shared memory");
+}
+
 // A bulk copy checks no bounds, on the GPU either: its global side must lie inside one device allocation
 // and its shared side inside the block's shared memory, or the kernel is wrong (it would read or
 // overwrite whatever lies there).
@@ -616,13 +627,7 @@ static void check_bulk_ranges(int line, const void* global, const void* shared, 
         fail(kLaunchFailure, head + moves + "global memory, " + std::to_string(g + bytes - end) +
                                  " of them past the end of the allocation it starts in: a tile past the edge of the "
                                  "matrix? A bulk copy checks no bounds: copy only what lies inside");
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(L.mod->shared_begin), hi = reinterpret_cast<uintptr_t>(L.mod->shared_end);
-    const uintptr_t dlo = reinterpret_cast<uintptr_t>(L.dynamic_shared.data());
-    const bool in_static = d >= lo && d + bytes <= hi;
-    const bool in_dynamic = !L.dynamic_shared.empty() && d >= dlo && d + bytes <= dlo + L.dynamic_shared.size();
-    if (!in_static && !in_dynamic)
-        fail(kLaunchFailure, head + (store ? "reads " : "writes ") + std::to_string(bytes) +
-                                 " bytes that do not all lie in the block's shared memory");
+    check_shared_range(head, shared, bytes, store);
 }
 
 extern "C" void __emu_bulk_copy(int line, void* dst, const void* src, unsigned bytes, void* bar) {
@@ -630,8 +635,47 @@ extern "C" void __emu_bulk_copy(int line, void* dst, const void* src, unsigned b
     check_bulk_ranges(line, src, dst, bytes, false);
     if (analysis::enabled())
         analysis::bulk_copy(dst, bytes, bar, cur->linear, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
-    m.copies.push_back({dst, src, bytes});
+    m.copies.push_back({dst, src, bytes, {}});
     complete_if_arrived(bar, m);      // issued after the phase's last arrival: it lands now
+}
+
+// A tensor copy (TMA): a box of a row-major matrix that a tensor map describes (the emulator's encoding,
+// grader/emulator/tensor_map.py), its elements outside the matrix landing as zeros, as on the GPU.
+static const uint64_t kTensorMapMagic = 0x3250414d54554d45ull;     // "EMUTMAP2"
+
+extern "C" void __emu_tma_load_2d(int line, void* dst, const void* map, int x, int y, void* bar) {
+    Mbarrier& m = mbarrier_at(line, bar, "a tensor copy");
+    const std::string head = "kernel '" + std::string(L.kernel) + "', " + where() + ": the tensor copy on line " +
+                             std::to_string(line) + " ";
+    const uint64_t* w = static_cast<const uint64_t*>(map);
+    if (w[0] != kTensorMapMagic)
+        fail(kLaunchFailure, head + "reads a tensor map that tensor_map_2d() did not make (pass the map itself, by "
+                                    "value: const __grid_constant__ TensorMap map)");
+    const uint64_t base = w[1], esize = w[2], width = w[3], height = w[4], stride = w[5], bw = w[6], bh = w[7];
+    const size_t bytes = size_t(bw * bh * esize);
+    if (reinterpret_cast<uintptr_t>(dst) % 128)
+        fail(kLaunchFailure, head + "writes to shared memory at an address that is not a multiple of 128 bytes "
+                                    "(__align__(128) on the array)");
+    check_shared_range(head, dst, bytes, false);
+    const uintptr_t* b = L.buffers;
+    size_t i = 0;
+    while (i < L.nbuffers && !(base >= b[2 * i] && base < b[2 * i] + b[2 * i + 1])) i++;
+    if (i == L.nbuffers || base + (height - 1) * stride + width * esize > b[2 * i] + b[2 * i + 1])
+        fail(kLaunchFailure, head + "reads a tensor map whose matrix does not lie in one device allocation (freed, "
+                                    "or made with a larger shape than the array's?)");
+    std::vector<unsigned char> box(bytes, 0);
+    const long long c0 = std::max<long long>(x, 0), c1 = std::min<long long>((long long)x + (long long)bw, (long long)width);
+    for (uint64_t r = 0; r < bh && c1 > c0; r++) {
+        const long long row = (long long)y + (long long)r;
+        if (row < 0 || row >= (long long)height) continue;
+        memcpy(&box[(r * bw + uint64_t(c0 - x)) * esize],
+               reinterpret_cast<const unsigned char*>(base + uint64_t(row) * stride + uint64_t(c0) * esize),
+               size_t(uint64_t(c1 - c0) * esize));
+    }
+    if (analysis::enabled())
+        analysis::bulk_copy(dst, unsigned(bytes), bar, cur->linear, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+    m.copies.push_back({dst, nullptr, unsigned(bytes), std::move(box)});
+    complete_if_arrived(bar, m);
 }
 
 extern "C" void __emu_bulk_store(int line, void* dst, const void* src, unsigned bytes) {

@@ -12,6 +12,9 @@
 //   bulk_commit_group();                      // the bulk stores issued since the last commit form a group
 //   bulk_wait_group_read(n);                  // until at most n groups still read shared memory (n: a constant)
 //   fence_proxy_async();                      // this thread's shared stores, before a bulk copy reads or overwrites them
+//   tma_load_2d(dst, &map, x, y, &full);      // a box of a matrix (tensor map from the host: grader.kernels.
+//                                             // tensor_map.tensor_map_2d) at column x, row y, landing on `full`;
+//                                             // its elements outside the matrix land as zeros; dst 128-byte aligned
 //
 // Here a phase completes when its last arrival arrives: its copies land then, so shared memory read
 // before the wait holds what was there before (the poison of a new block), as on a GPU where the copy
@@ -32,7 +35,11 @@ void __emu_bulk_store(int line, void* dst, const void* src, unsigned bytes);
 void __emu_bulk_commit(void);
 void __emu_bulk_wait(int pending);
 void __emu_fence_proxy_async(void);
+void __emu_tma_load_2d(int line, void* dst, const void* map, int x, int y, void* bar);
 }
+
+// A tensor map, made on the host and passed by value: const __grid_constant__ TensorMap map.
+struct TensorMap { alignas(64) unsigned long long opaque[16]; };
 
 #define mbarrier_init(bar, count) __emu_mbarrier_init(__LINE__, (bar), (count))
 #define mbarrier_arrive(bar) __emu_mbarrier_arrive(__LINE__, (bar), 0)
@@ -43,4 +50,5 @@ void __emu_fence_proxy_async(void);
 #define bulk_commit_group() __emu_bulk_commit()
 #define bulk_wait_group_read(n) __emu_bulk_wait(n)
 #define fence_proxy_async() __emu_fence_proxy_async()
+#define tma_load_2d(dst, map, x, y, bar) __emu_tma_load_2d(__LINE__, (dst), (map), (x), (y), (bar))
 static inline void fence_mbarrier_init() {}

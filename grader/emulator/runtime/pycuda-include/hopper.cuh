@@ -4,6 +4,10 @@
 #pragma once
 #include <cstdint>
 
+// A tensor map, made on the host (grader.kernels.tensor_map.tensor_map_2d) and passed by value:
+// const __grid_constant__ TensorMap map. The driver's CUtensorMap, by another name.
+struct TensorMap { alignas(64) unsigned long long opaque[16]; };
+
 static __device__ __forceinline__ unsigned __hopper_smem(const void* p)
 {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -63,3 +67,12 @@ static __device__ __forceinline__ void bulk_commit_group()
 
 // n: a constant (PTX takes it as an immediate)
 #define bulk_wait_group_read(n) asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(n) : "memory")
+
+// A box of the matrix `map` describes, at column x, row y, landing on `bar`; outside the matrix, zeros.
+static __device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, int x, int y, uint64_t* bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];"
+                 :: "r"(__hopper_smem(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y),
+                    "r"(__hopper_smem(bar)) : "memory");
+}

@@ -1,0 +1,67 @@
+"""The tensor map a kernel's `tma_load_2d` (the course's Hopper header) reads: made on the host for a
+row-major matrix in device memory, passed to the kernel by value as its first parameter
+(`const __grid_constant__ TensorMap map`). On a GPU it is the driver's (cuTensorMapEncodeTiled), on the
+emulator the emulator's; the rules it must meet are the driver's, checked here with their reason."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from grader.emulator import tensor_map as emulated
+from grader.platform import backend
+
+# CUtensorMapDataType (cuda.h) of the element types a course kernel loads
+_DATA_TYPES = {np.dtype(np.uint8): 0, np.dtype(np.uint16): 1, np.dtype(np.uint32): 2, np.dtype(np.int32): 3,
+               np.dtype(np.float16): 6, np.dtype(np.float32): 7, np.dtype(np.float64): 8}
+BFLOAT16 = 9          # numpy has no bfloat16: pass dtype=np.uint16 with bfloat16=True
+MAX_BOX = 256
+
+
+class TensorMapError(ValueError):
+    """The matrix or the box breaks one of the driver's rules for a tensor map."""
+
+
+def tensor_map_2d(address: int, shape: tuple[int, int], box: tuple[int, int], dtype,
+                  row_stride: int | None = None, bfloat16: bool = False) -> np.void:
+    """The tensor map of a row-major matrix of `shape` (rows, columns) of `dtype` at device `address` (an
+    int(...) of a DeviceAllocation or GPUArray.gpudata), loaded in boxes of `box` (rows, columns) that
+    land in shared memory row after row. Elements of a box outside the matrix land as zeros."""
+    dtype = np.dtype(dtype)
+    rows, cols = (int(n) for n in shape)
+    box_rows, box_cols = (int(n) for n in box)
+    row_stride = cols * dtype.itemsize if row_stride is None else int(row_stride)
+    if dtype not in _DATA_TYPES:
+        raise TensorMapError(f"a tensor map of {dtype} elements: use one of "
+                             f"{', '.join(str(t) for t in _DATA_TYPES)} (bfloat16 as uint16 with bfloat16=True)")
+    if int(address) % 16:
+        raise TensorMapError(f"the matrix starts at an address that is not a multiple of 16 bytes ({int(address):#x})")
+    if row_stride % 16:
+        raise TensorMapError(f"its rows are {row_stride} bytes apart, not a multiple of 16: a tensor map needs "
+                             f"rows padded to 16 bytes ({16 // dtype.itemsize} elements of {dtype})")
+    if not (0 < box_rows <= MAX_BOX and 0 < box_cols <= MAX_BOX):
+        raise TensorMapError(f"a box of {box_rows} x {box_cols}: each side must be 1 to {MAX_BOX} elements")
+    if box_cols * dtype.itemsize % 16:
+        raise TensorMapError(f"a box row of {box_cols} elements is {box_cols * dtype.itemsize} bytes, not a "
+                             f"multiple of 16")
+    if rows <= 0 or cols <= 0:
+        raise TensorMapError(f"a matrix of {rows} x {cols}")
+    if backend.current().name == "emulator":
+        return emulated.encode_2d(int(address), dtype.itemsize, cols, rows, row_stride, box_cols, box_rows)
+    return _encode_on_gpu(int(address), BFLOAT16 if bfloat16 else _DATA_TYPES[dtype], rows, cols, row_stride,
+                          box_rows, box_cols)
+
+
+def _encode_on_gpu(address: int, data_type: int, rows: int, cols: int, row_stride: int, box_rows: int,
+                   box_cols: int) -> np.void:
+    """cuTensorMapEncodeTiled of the CUDA driver (libcuda), no interleave, swizzle, L2 promotion or NaN fill."""
+    out = np.zeros(emulated.SIZE + 64, np.uint8)
+    offset = (-out.ctypes.data) % 64                 # the driver wants the map 64-byte aligned
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    status = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled(
+        ctypes.c_void_p(out.ctypes.data + offset), ctypes.c_int(data_type), u32(2), ctypes.c_void_p(address),
+        (u64 * 2)(cols, rows), (u64 * 1)(row_stride), (u32 * 2)(box_cols, box_rows), (u32 * 2)(1, 1),
+        ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0))
+    if status != 0:
+        raise TensorMapError(f"the CUDA driver refused the tensor map (cuTensorMapEncodeTiled returned {status})")
+    return np.frombuffer(out[offset:offset + emulated.SIZE].tobytes(), np.dtype((np.void, emulated.SIZE)))[0]

@@ -318,6 +318,15 @@ def test_a_tensor_map_the_driver_would_refuse_says_why(shape, box, dtype, says):
     assert says in str(e.value), str(e.value)
 
 
+@pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the wait never ends")
+def test_a_copy_larger_than_announced_is_a_deadlock_that_says_so(cuda, source_module):
+    kernel = _ring(source_module, **{"TILE * 4);": "TILE * 2);"})      # half the tile's bytes announced
+    with pytest.raises(cuda.LaunchError) as err:
+        _stream(cuda, kernel, tiles=2)
+    assert err.value.kind == "deadlock", str(err.value)
+    assert "its copies brought 512 byte(s) more than mbarrier_arrive_expect_tx() announced" in str(err.value)
+
+
 def test_a_graded_source_may_include_the_header():
     assert build.refusals(_ring_source()) == []
     assert build.refusals(_ring_source() + '#include <fstream>\n')        # what it may not include, still not

@@ -383,9 +383,14 @@ static std::string describe_waits() {
                  kv.second, kv.first.first, kv.first.second);
         s += buf;
     }
-    if (waited) {
+    if (waited && waited->tx >= 0) {
         snprintf(buf, sizeof buf, " (the phase in progress has parity %d: %u of its %u arrival(s) and %lld announced "
                  "byte(s) missing)", waited->phase, waited->pending, waited->expected, waited->tx);
+        s += buf;
+    } else if (waited) {
+        snprintf(buf, sizeof buf, " (the phase in progress has parity %d: %u of its %u arrival(s) missing, and its "
+                 "copies brought %lld byte(s) more than mbarrier_arrive_expect_tx() announced: announce the bytes "
+                 "of every copy landing on it)", waited->phase, waited->pending, waited->expected, -waited->tx);
         s += buf;
     }
     if (L.ndone) { snprintf(buf, sizeof buf, "; %d thread(s) have exited", L.ndone); s += buf; }

@@ -225,6 +225,15 @@ __global__ void stream(const float* in, float* out, int tiles)
 """
 
 
+@pytest.mark.parametrize("source, threads", [(SPECIALIZED, TILE + 32), (EPILOGUE, TILE)], ids=["specialized", "epilogue"])
+def test_a_producer_warp_and_a_bulk_store_epilogue_stream_every_tile(cuda, source_module, source, threads):
+    kernel = source_module(source, include_dirs=[str(PYCUDA_INCLUDE_DIR)]).get_function("stream")
+    a = np.random.default_rng(5).random(7 * TILE, dtype=np.float32)
+    out = np.full_like(a, np.nan)
+    kernel(cuda.In(a), cuda.Out(out), np.int32(7), block=(threads, 1, 1), grid=(1, 1))
+    assert np.array_equal(out, 2 * a)
+
+
 @pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
 def test_an_epilogue_through_a_bulk_store_has_no_race(cuda, source_module):
     races, right = _races(cuda, source_module, EPILOGUE, TILE)

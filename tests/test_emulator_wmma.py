@@ -11,6 +11,7 @@ import pytest
 from conftest import ON_EMULATOR
 
 from grader.emulator import build
+from grader.kernels import bf16
 
 GEMM = """#include <mma.h>
 #include <cuda_fp16.h>
@@ -48,13 +49,6 @@ def _module(source_module, type_name="__half", skip=""):
     return source_module(GEMM.replace("TYPE", type_name).replace("SKIP", skip), no_extern_c=True)
 
 
-def _bfloat16(x: np.ndarray) -> np.ndarray:
-    """float32 rounded to bfloat16 (nearest even), as float32."""
-    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-    return rounded.astype(np.uint32).view(np.float32)
-
-
 def test_conversions_round_to_the_nearest_even(cuda, source_module):
     values = np.concatenate([np.array([0.0, -0.0, 1.0, 65504.0, 65520.0, 1e-8, 6e-8, 2.0 ** -24, 3 * 2.0 ** -25,
                                        1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, np.inf, -np.inf], np.float32),
@@ -65,7 +59,7 @@ def test_conversions_round_to_the_nearest_even(cuda, source_module):
                                                       grid=((values.size + 127) // 128, 1))
     with np.errstate(over="ignore"):                # 65520 rounds to infinity, in numpy as here
         assert np.array_equal(half_out, values.astype(np.float16).astype(np.float32))
-    assert np.array_equal(bf16_out, _bfloat16(values))
+    assert np.array_equal(bf16_out, bf16.rounded(values))
 
 
 @pytest.mark.parametrize("type_name", ["__half", "__nv_bfloat16"])
@@ -77,9 +71,8 @@ def test_a_wmma_gemm_matches_float64(cuda, source_module, type_name):
         a_in, b_in = a.astype(np.float16), b.astype(np.float16)
         a_val, b_val = a_in.astype(np.float64), b_in.astype(np.float64)
     else:                                  # bfloat16 travels as its 16 upper bits
-        a_val, b_val = _bfloat16(a).astype(np.float64), _bfloat16(b).astype(np.float64)
-        a_in = (_bfloat16(a).view(np.uint32) >> 16).astype(np.uint16)
-        b_in = (_bfloat16(b).view(np.uint32) >> 16).astype(np.uint16)
+        a_val, b_val = bf16.rounded(a).astype(np.float64), bf16.rounded(b).astype(np.float64)
+        a_in, b_in = bf16.to_bits(a), bf16.to_bits(b)
     c = np.full((M, N), np.nan, np.float32)
     _module(source_module, type_name).get_function("wmma_gemm")(
         np.int32(M), np.int32(N), np.int32(K), cuda.In(a_in), cuda.In(b_in), cuda.Out(c),

@@ -192,6 +192,20 @@ def test_a_stage_released_before_it_is_read_is_a_race_even_when_the_schedule_hid
 
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_an_mbarrier_used_before_its_initialisation_is_ordered_is_a_race(cuda, source_module):
+    source = SPECIALIZED.replace("    __syncthreads();\n    if (t == TILE) {", "    if (t == TILE) {", 1)
+    assert source != SPECIALIZED
+    races, _ = _races(cuda, source_module, source, TILE + 32)
+    inits = {_line(source, "mbarrier_init(&full[s], 1);"), _line(source, "mbarrier_init(&empty[s], TILE);")}
+    uses = {i for i, line in enumerate(source.splitlines(), 1)
+            if any(call in line for call in ("mbarrier_wait_parity(", "mbarrier_arrive", "bulk_copy_g2s("))}
+    late = [r for r in races if r.kind == "mbarrier used before its initialisation"]
+    assert late and {r.line_a for r in late} <= inits and {r.line_b for r in late} <= uses, \
+        [r.describe() for r in races]
+    assert "fence_mbarrier_init() and a __syncthreads() after mbarrier_init()" in late[0].describe()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
 def test_a_tile_read_before_its_wait_is_a_race_with_the_copy(cuda, source_module):
     source = _ring_source(READ_EARLY="const float v = tile[t];", READ_LATE="")
     races, right = _races(cuda, source_module, source, TILE, tiles=3)
@@ -333,7 +347,8 @@ def test_a_copy_larger_than_announced_is_a_deadlock_that_says_so(cuda, source_mo
     with pytest.raises(cuda.LaunchError) as err:
         _stream(cuda, kernel, tiles=2)
     assert err.value.kind == "deadlock", str(err.value)
-    assert "its copies brought 512 byte(s) more than mbarrier_arrive_expect_tx() announced" in str(err.value)
+    assert ("its copies brought 512 byte(s) more than mbarrier_arrive_expect_tx() announced: announce the bytes "
+            "of every copy landing on it)") in str(err.value)
 
 
 def test_a_graded_source_may_include_the_header():

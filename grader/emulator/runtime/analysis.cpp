@@ -76,8 +76,9 @@ static std::vector<EmuFinding> findings;
 // must come after every access to the words it overwrites (a consumer releasing a stage before the
 // producer refills it), and an access to what a copy fills after a wait for the phase that copy
 // completes. A bulk copy that reads or overwrites what ordinary stores wrote must also come after a
-// proxy fence of the storing thread, and a bulk store's source may be written again only once its
-// thread's wait for it is ordered before that write.
+// proxy fence of the storing thread, a bulk store's source may be written again only once its
+// thread's wait for it is ordered before that write, and an mbarrier's initialisation must be ordered
+// before every use of it.
 struct Accessor { unsigned tid, clock, store_clock; uintptr_t pc, store_pc; };   // store_clock 0: no store
 struct AsyncWord {
     std::vector<Accessor> accessors;    // generic accesses since the last bulk copy (at most kAccessors)
@@ -98,7 +99,13 @@ static std::vector<std::vector<unsigned>> fences;     // per thread: its clock a
 // per thread: (how many of its bulk stores are done, its clock) at each of its waits for them
 static std::vector<std::vector<std::pair<unsigned, unsigned>>> store_waits;
 // An mbarrier's clocks: of the phase in progress's arrivals, and of the last completed phase of each parity.
-struct Phase { std::vector<unsigned> arrived, completed[2]; size_t entry; unsigned count; };
+struct Phase {
+    std::vector<unsigned> arrived, completed[2];
+    size_t entry;
+    unsigned count;
+    unsigned init_tid, init_clock;    // who initialised it, when
+    uintptr_t init_pc;
+};
 static std::map<const void*, Phase> phases;
 static std::vector<AsyncWord> async_words;      // parallel to shadow
 
@@ -160,6 +167,9 @@ static void join(std::vector<unsigned>& into, const std::vector<unsigned>& from)
 
 static unsigned clock_of(unsigned tid, size_t entry) { return entry < clocks[tid].size() ? clocks[tid][entry] : 0; }
 
+// What thread `tid` knows of thread `other`'s clock (its own: all of it).
+static unsigned known(unsigned tid, unsigned other) { return tid == other ? clocks[tid][tid] : clock_of(tid, other); }
+
 // The threads [first, first + n) released together: each knows what any of them knew, then moves on.
 static void release_together(unsigned first, unsigned n) {
     if (!ordered) return;
@@ -171,10 +181,16 @@ static void release_together(unsigned first, unsigned n) {
     }
 }
 
-void mbarrier_init(const void* bar) {
+void mbarrier_init(const void* bar, unsigned tid, uintptr_t pc) {
     if (!ordered) return;
     size_t entry = phases.count(bar) ? phases[bar].entry : block_threads + phases.size();
-    phases[bar] = Phase{{}, {{}, {}}, entry, 0};
+    phases[bar] = Phase{{}, {{}, {}}, entry, 0, tid, clocks[tid][tid], pc};
+}
+
+void mbarrier_used(const void* bar, unsigned tid, uintptr_t pc) {
+    auto it = phases.find(bar);
+    if (it != phases.end() && known(tid, it->second.init_tid) < it->second.init_clock)
+        race(8, it->second.init_pc, int(it->second.init_tid), pc, tid, reinterpret_cast<uintptr_t>(bar));
 }
 
 void mbarrier_arrive(const void* bar, unsigned tid) {
@@ -206,9 +222,6 @@ static size_t word_of(uintptr_t a) {
     if (a >= slo && a < shi) return (a - slo) / 4;
     return size_t(shi - slo) / 4 + (a - reinterpret_cast<uintptr_t>(R.dynamic_lo)) / 4;
 }
-
-// What thread `tid` knows of thread `other`'s clock (its own: all of it).
-static unsigned known(unsigned tid, unsigned other) { return tid == other ? clocks[tid][tid] : clock_of(tid, other); }
 
 // A proxy fence of thread w between its store at clock c and what `tid` knows of w.
 static bool fenced(unsigned w, unsigned c, unsigned tid) {

@@ -35,7 +35,8 @@ void end_block();
 void barrier_released();
 void warp_released(unsigned warp);
 // The asynchronous proxy (include/hopper.cuh): mbarriers order threads, bulk copies write shared memory.
-void mbarrier_init(const void* bar);
+void mbarrier_init(const void* bar, unsigned tid, uintptr_t pc);
+void mbarrier_used(const void* bar, unsigned tid, uintptr_t pc);
 void mbarrier_arrive(const void* bar, unsigned tid);
 void mbarrier_completed(const void* bar);
 void mbarrier_passed(const void* bar, unsigned parity, unsigned tid);
@@ -88,7 +89,8 @@ struct EmuRace {
     // 0 read after write, 1 write after read, 2 write after write; 3 a bulk copy (b) over an access (a) not
     // ordered before it; 4 an access (b) to what a bulk copy (a) fills, before a wait for its phase;
     // 5 a store (a) a bulk copy (b) reads or overwrites, with no proxy fence between; 6 a write (b) to what
-    // a bulk store (a) reads, unordered with its wait; 7 a bulk store (b) of a write (a) not ordered before it
+    // a bulk store (a) reads, unordered with its wait; 7 a bulk store (b) of a write (a) not ordered before it;
+    // 8 a use (b) of an mbarrier whose initialisation (a) is not ordered before it
     int kind;
     uintptr_t pc_a, pc_b;
     unsigned tid_a, tid_b;  // linear thread ids in the block

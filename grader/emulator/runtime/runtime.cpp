@@ -367,7 +367,7 @@ static std::string describe_waits() {
         if (f.state == kAtWarp) at_warp[f.line]++;
     }
     std::string s;
-    char buf[160];
+    char buf[320];
     for (auto& kv : at_barrier) { snprintf(buf, sizeof buf, "; %d thread(s) wait at __syncthreads() on line %d", kv.second, kv.first); s += buf; }
     for (auto& kv : at_warp) { snprintf(buf, sizeof buf, "; %d thread(s) wait at a warp-synchronous call on line %d", kv.second, kv.first); s += buf; }
     std::map<std::pair<int, int>, int> at_mbarrier;   // (line, parity) -> threads
@@ -540,11 +540,15 @@ extern "C" void __emu_syncwarp(int line, unsigned mask) {
 }
 
 // ---- mbarriers and bulk copies (include/hopper.cuh) -------------------------------
-static Mbarrier& mbarrier_at(int line, const void* bar, const char* what) {
+// The kernel's code address that called the runtime function this is used in (for the analysis's lines).
+#define CALLER_PC reinterpret_cast<uintptr_t>(__builtin_return_address(0))
+
+static Mbarrier& mbarrier_at(int line, const void* bar, const char* what, uintptr_t pc) {
     auto it = L.mbarriers.find(bar);
     if (it == L.mbarriers.end())
         fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": " + what + " on line " +
                                  std::to_string(line) + " uses an mbarrier that mbarrier_init() has not initialised");
+    if (analysis::enabled()) analysis::mbarrier_used(bar, cur->linear, pc);
     return it->second;
 }
 
@@ -572,12 +576,12 @@ extern "C" void __emu_mbarrier_init(int line, void* bar, unsigned count) {
     Mbarrier& m = L.mbarriers[bar];
     m = Mbarrier();
     m.expected = m.pending = count;
-    if (analysis::enabled()) analysis::mbarrier_init(bar);
+    if (analysis::enabled()) analysis::mbarrier_init(bar, cur->linear, CALLER_PC);
 }
 
 extern "C" void __emu_mbarrier_arrive(int line, void* bar, long long tx_bytes) {
     check_not_sequential("an mbarrier arrival");
-    Mbarrier& m = mbarrier_at(line, bar, "an arrival");
+    Mbarrier& m = mbarrier_at(line, bar, "an arrival", CALLER_PC);
     m.tx += tx_bytes;
     if (m.pending == 0)
         fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": an arrival on line " +
@@ -589,7 +593,7 @@ extern "C" void __emu_mbarrier_arrive(int line, void* bar, long long tx_bytes) {
 
 extern "C" void __emu_mbarrier_wait(int line, void* bar, unsigned parity) {
     check_not_sequential("an mbarrier wait");
-    Mbarrier& m = mbarrier_at(line, bar, "a wait");
+    Mbarrier& m = mbarrier_at(line, bar, "a wait", CALLER_PC);
     if (m.phase == int(parity & 1)) {       // that phase is in progress: wait for it
         Fiber* f = cur;
         f->state = kAtMbarrier;
@@ -636,10 +640,10 @@ static void check_bulk_ranges(int line, const void* global, const void* shared, 
 }
 
 extern "C" void __emu_bulk_copy(int line, void* dst, const void* src, unsigned bytes, void* bar) {
-    Mbarrier& m = mbarrier_at(line, bar, "a bulk copy");
+    Mbarrier& m = mbarrier_at(line, bar, "a bulk copy", CALLER_PC);
     check_bulk_ranges(line, src, dst, bytes, false);
     if (analysis::enabled())
-        analysis::bulk_copy(dst, bytes, bar, cur->linear, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+        analysis::bulk_copy(dst, bytes, bar, cur->linear, CALLER_PC);
     m.copies.push_back({dst, src, bytes, {}});
     complete_if_arrived(bar, m);      // issued after the phase's last arrival: it lands now
 }
@@ -649,7 +653,7 @@ extern "C" void __emu_bulk_copy(int line, void* dst, const void* src, unsigned b
 static const uint64_t kTensorMapMagic = 0x3250414d54554d45ull;     // "EMUTMAP2"
 
 extern "C" void __emu_tma_load_2d(int line, void* dst, const void* map, int x, int y, void* bar) {
-    Mbarrier& m = mbarrier_at(line, bar, "a tensor copy");
+    Mbarrier& m = mbarrier_at(line, bar, "a tensor copy", CALLER_PC);
     const std::string head = "kernel '" + std::string(L.kernel) + "', " + where() + ": the tensor copy on line " +
                              std::to_string(line) + " ";
     const uint64_t* w = static_cast<const uint64_t*>(map);
@@ -678,7 +682,7 @@ extern "C" void __emu_tma_load_2d(int line, void* dst, const void* map, int x, i
                size_t(uint64_t(c1 - c0) * esize));
     }
     if (analysis::enabled())
-        analysis::bulk_copy(dst, unsigned(bytes), bar, cur->linear, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+        analysis::bulk_copy(dst, unsigned(bytes), bar, cur->linear, CALLER_PC);
     m.copies.push_back({dst, nullptr, unsigned(bytes), std::move(box)});
     complete_if_arrived(bar, m);
 }
@@ -687,8 +691,7 @@ extern "C" void __emu_bulk_store(int line, void* dst, const void* src, unsigned 
     check_bulk_ranges(line, dst, src, bytes, true);
     Fiber* f = cur;
     if (analysis::enabled())
-        analysis::bulk_store(src, bytes, f->linear, unsigned(f->stores_done + f->stores.size()),
-                             reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+        analysis::bulk_store(src, bytes, f->linear, unsigned(f->stores_done + f->stores.size()), CALLER_PC);
     f->stores.push_back({dst, src, bytes, -1});
 }
 

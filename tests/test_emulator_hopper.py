@@ -239,7 +239,8 @@ __global__ void stream(const float* in, float* out, int tiles)
 """
 
 
-@pytest.mark.parametrize("source, threads", [(SPECIALIZED, TILE + 32), (EPILOGUE, TILE)], ids=["specialized", "epilogue"])
+@pytest.mark.parametrize("source, threads", [(SPECIALIZED, TILE + 32), (EPILOGUE, TILE)],
+                         ids=["specialized", "epilogue"])
 def test_a_producer_warp_and_a_bulk_store_epilogue_stream_every_tile(cuda, source_module, source, threads):
     kernel = source_module(source, include_dirs=[str(PYCUDA_INCLUDE_DIR)]).get_function("stream")
     a = np.random.default_rng(5).random(7 * TILE, dtype=np.float32)
@@ -283,7 +284,8 @@ def test_a_bulk_store_of_elements_other_threads_wrote_unordered_is_a_race(cuda, 
     finally:
         set_thread_order_seed(0)
     kinds = {r.kind: r for r in races}
-    assert not right and set(kinds) == {"bulk store of an unordered write", "write to a bulk store's source before its wait"}
+    assert not right
+    assert set(kinds) == {"bulk store of an unordered write", "write to a bulk store's source before its wait"}
     store = kinds["bulk store of an unordered write"]
     assert (store.line_a, store.line_b) == (_line(source, "tile[t] ="), _line(source, "bulk_copy_s2g("))
     assert "a __syncthreads() missing between the stores and the copy?" in store.describe()

@@ -3,7 +3,8 @@ A and B through a ring of mbarrier-guarded stages with tensor copies, four consu
 with wmma. It matches the exact product of its bfloat16 inputs within float32 accumulation, at shapes
 whose sides are no multiple of its tiles, on either backend; on the emulator the race analysis finds
 nothing in it, and names the stage refilled too early when the producer does not wait for its consumers;
-the source policy accepts it and nvcc compiles it for sm_90."""
+the source policy accepts it and nvcc compiles it for sm_90. As an exercise (warp-specialized), the
+reference passes its checks and the usual mistakes fail with their line and cause."""
 import shutil
 import subprocess
 from pathlib import Path
@@ -74,3 +75,53 @@ def test_nvcc_compiles_it_for_sm_90(tmp_path):
     p = subprocess.run(["nvcc", "--cubin", "-arch=sm_90", f"-I{PYCUDA_INCLUDE_DIR}", "-o", str(tmp_path / "gemm.cubin"),
                         str(tmp_path / "gemm.cu")], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
+
+
+# ---- the exercise's checks (grader.grading.checks.tensor_cores) ----------------------------------------
+def _variant(old: str, new: str) -> str:
+    assert old in SOURCE
+    return SOURCE.replace(old, new, 1)
+
+
+def test_the_reference_passes_every_check():
+    from grader.grading.registry import run_here
+    for check in ("tensor-gemm-correctness", "tensor-gemm-races"):
+        r = run_here("warp-specialized", check, SOURCE, 1)
+        assert r.passed, r.text()
+
+
+def test_the_shapes_are_multiples_of_8_and_mostly_not_of_the_tiles():
+    from grader.grading.checks import tensor_cores
+    assert all(n % 8 == 0 for shape in tensor_cores.SHAPES for n in shape)
+    assert sum(M % BM or N % BN or K % BK for M, N, K in tensor_cores.SHAPES) >= 3
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis and the deadlock's words are the emulator's")
+def test_a_producer_that_does_not_wait_for_its_consumers_is_named():
+    from grader.grading.registry import run_here
+    eager = _variant(EMPTY_WAIT, "")
+    r = run_here("warp-specialized", "tensor-gemm-races", eager, 1)
+    assert not r.passed and "shared-memory race" in r.message, r.text()
+    copies = [i for i, line in enumerate(eager.splitlines(), 1) if "tma_load_2d(" in line]
+    assert any(f"bulk copy on line {line}" in r.message for line in copies), r.text()
+    r = run_here("warp-specialized", "tensor-gemm-correctness", eager, 1)
+    assert not r.passed and "deadlocked on an mbarrier" in r.message and "__syncthreads()" not in r.message, r.text()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_mbarriers_used_before_their_initialisation_is_ordered_are_named():
+    from grader.grading.registry import run_here
+    unsynced = _variant("        fence_mbarrier_init();\n    }\n    __syncthreads();\n",
+                        "        fence_mbarrier_init();\n    }\n")
+    # the emulator's thread order hides it from the results
+    assert run_here("warp-specialized", "tensor-gemm-correctness", unsynced, 1).passed
+    r = run_here("warp-specialized", "tensor-gemm-races", unsynced, 1)
+    assert not r.passed and "a __syncthreads() after mbarrier_init()" in r.message, r.text()
+
+
+def test_a_wrong_parity_fails_correctness():
+    from grader.grading.registry import run_here
+    wrong = _variant("mbarrier_wait_parity(&full[s], (kt / STAGES) % 2);",
+                     "mbarrier_wait_parity(&full[s], (kt / STAGES + 1) % 2);")
+    r = run_here("warp-specialized", "tensor-gemm-correctness", wrong, 1)
+    assert not r.passed, r.text()

@@ -14,6 +14,8 @@
     07   "sgemm-top2"          CUDA C (solutions/sgemm-top2.cu)   sgemm-top2-exact, sgemm-top2-races
     07   "minimums-host"       Python defining minimums(A, B)     host-transfers
     08   "sssp"                CUDA C (solutions/sssp.cu)         sssp-distances, sssp-path, sssp-races
+    09   "warp-specialized"    CUDA C (solutions/                 tensor-gemm-correctness, tensor-gemm-races
+                               warp-specialized-wmma.cu)          (the Hopper lab, in the making)
 
 Every check follows grader.grading.protocol (collect in the sandbox, judge
 here); each is defined, as data, in its module under grader/grading/checks.
@@ -41,11 +43,12 @@ from grader.grading.checks import (
     pycuda_by_hand,
     races,
     shortest_paths,
+    tensor_cores,
 )
 from grader.grading.checks.common import new_seed
 from grader.grading.protocol import Check, Context
 from grader.grading.report import CheckResult
-from grader.kernels import sssp, timing, top2, transpose
+from grader.kernels import sssp, tensor_gemm, timing, top2, transpose
 from grader.kernels.stages import STAGES, Stage
 from grader.platform import settings
 
@@ -97,6 +100,9 @@ EXERCISES: dict[str, Exercise] = {
         Exercise("sssp", "shortest paths on the grid graph of C", shortest_paths.CHECKS, reference=sssp.SSSP.solution),
         Exercise("transpose", "a matrix transpose through a padded 32 x 33 shared tile", padded_transpose.CHECKS,
                  reference=transpose.TRANSPOSE.solution),
+        Exercise("warp-specialized", "a warp-specialized bfloat16 GEMM: a producer warp's tensor copies through "
+                 "an mbarrier ring, consumer warps on the tensor cores", tensor_cores.CHECKS,
+                 reference=tensor_gemm.WARP_SPECIALIZED.solution),
         Exercise("minimums-host", "a host function: the two minimums of C = A B, found on the GPU",
                  minimums.HOST_CHECKS, host_function=minimums.HOST_FUNCTION),
         Exercise("pycuda-matmul", "a host function: C = A B with sgemm_coalesced, written in PyCUDA",

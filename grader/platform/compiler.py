@@ -82,9 +82,11 @@ def compile_kernels(source: str, kernels, options=(), on_emulator: bool = False,
         refused = build.refusals(source, list(options), no_extern_c)
         if refused:
             raise CompileFailed(policy.refusal_text(refused))
+    # The course's own headers (hopper.cuh) for nvcc; the emulator has its own in its include path.
+    headers = {} if emulated else {"include_dirs": [str(build.PYCUDA_INCLUDE_DIR)]}
     with captured() as log:
         try:
-            module = SourceModule(source, options=list(options), no_extern_c=no_extern_c)
+            module = SourceModule(source, options=list(options), no_extern_c=no_extern_c, **headers)
         except driver.CompileError as e:
             raise CompileFailed(_compile_error_log(e, emulated, no_extern_c)) from None
         functions = {}
@@ -101,9 +103,11 @@ def compile_kernels(source: str, kernels, options=(), on_emulator: bool = False,
 
 @dataclass(frozen=True)
 class Kernels:
-    """A solution file of solutions/ and the kernels it must define."""
+    """A solution file of solutions/ and the kernels it must define (with no_extern_c, the source declares
+    its kernels extern "C" itself: it includes C++ headers such as mma.h)."""
     file: str
     names: tuple[str, ...]
+    no_extern_c: bool = False
 
     def solution(self) -> str:
         return (SOLUTIONS_DIR / self.file).read_text()
@@ -114,4 +118,5 @@ class Kernels:
 
     def compile(self, source: str | None = None, on_emulator: bool = False, options=()) -> tuple[dict, str]:
         """({name: Function}, compiler log) of `source` (the reference solution by default)."""
-        return compile_kernels(self.solution() if source is None else source, self.names, options, on_emulator)
+        return compile_kernels(self.solution() if source is None else source, self.names, options, on_emulator,
+                               self.no_extern_c)

@@ -63,7 +63,12 @@ struct Mbarrier {
     unsigned expected = 0, pending = 0;
     long long tx = 0;          // bytes announced and not landed
     int phase = 0;             // the parity of the phase in progress
-    struct Copy { void* dst; const void* src; unsigned bytes; std::vector<unsigned char> box; };  // box: a tensor copy's
+    struct Copy {
+        void* dst;
+        const void* src;
+        unsigned bytes;
+        std::vector<unsigned char> box;   // a tensor copy's box, gathered when it was issued (src unused)
+    };
     std::vector<Copy> copies;
 };
 

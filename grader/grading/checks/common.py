@@ -216,7 +216,7 @@ def launch_failure(driver, e: Exception) -> str:
     """A readable reason why a launch (or the copies around it) raised `e`."""
     kind = getattr(e, "kind", None)
     if isinstance(e, getattr(driver, "LaunchError", ())) or kind is not None:
-        why = {"deadlock": "the threads of a block deadlocked (a __syncthreads() that not every thread reaches?)",
+        why = {"deadlock": deadlock_cause(str(e)),
                "timeout": f"{DID_NOT_FINISH}: {_budget_text or 'it ran past its time limit'}",
                "fault": fault_cause(str(e)),
                "trap": "the kernel trapped (assert or __trap)"}.get(kind, "the launch failed")
@@ -229,6 +229,15 @@ def launch_failure(driver, e: Exception) -> str:
     if "unspecified launch failure" in text or "illegal instruction" in text:
         return f"the kernel faulted on the GPU: {text}"
     return f"{type(e).__name__}: {e}"
+
+
+def deadlock_cause(text: str) -> str:
+    """What an emulated deadlock's message (which says where each thread waits) suggests, in a student's words."""
+    if "wait on an mbarrier" in text and "wait at __syncthreads()" not in text:
+        return ("the threads of a block deadlocked on an mbarrier (a wait for a phase that never completes: the "
+                "wrong parity, an arrival count or announced bytes that never come, or a stage the producer "
+                "refilled before its consumers released it?)")
+    return "the threads of a block deadlocked (a __syncthreads() that not every thread reaches?)"
 
 
 def fault_cause(text: str) -> str:

@@ -4,8 +4,8 @@ two stages streams tiles through shared memory; read before its wait, a tile is 
 wait no arrival can end is a deadlock named by its line; a copy past the end of its buffer is named by
 its line; a stage refilled before its readers released it, or read before its wait, is a race named by
 the copy's line and the read's, and so are a bulk store's mistakes (no proxy fence, its source written
-before its wait); a tensor copy loads a box of a matrix, zeros outside it; a graded source may include
-the header, and nvcc accepts it for sm_90."""
+before its wait); a tensor copy loads a box of a matrix, zeros outside it, its chunks permuted when
+swizzled; a graded source may include the header, and nvcc accepts it for sm_90."""
 import shutil
 import subprocess
 
@@ -330,16 +330,52 @@ def test_a_tensor_copy_loads_a_box_and_zeros_outside_the_matrix(cuda, source_mod
     assert np.array_equal(out, expected)
 
 
+SWIZZLED = """#include "hopper.cuh"
+__global__ void swizzled(const __grid_constant__ TensorMap map, unsigned short* out)
+{
+    __shared__ __align__(1024) unsigned short box[16 * 64];
+    __shared__ uint64_t full;
+    const int t = threadIdx.x;
+    if (t == 0) {
+        mbarrier_init(&full, 1);
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+    if (t == 0) {
+        mbarrier_arrive_expect_tx(&full, sizeof(box));
+        tma_load_2d(box, &map, 0, 0, &full);
+    }
+    mbarrier_wait_parity(&full, 0);
+    for (int i = t; i < 16 * 64; i += blockDim.x) out[i] = box[i];
+}
+"""
+
+
+def test_a_swizzled_tensor_copy_permutes_the_16_byte_chunks_of_each_row(cuda, source_module):
+    from grader.kernels.tensor_map import tensor_map_2d
+    a = np.arange(16 * 64, dtype=np.uint16).reshape(16, 64)
+    d_a = cuda.to_device(a)
+    out = np.zeros(16 * 64, np.uint16)
+    kernel = source_module(SWIZZLED, include_dirs=[str(PYCUDA_INCLUDE_DIR)]).get_function("swizzled")
+    kernel(tensor_map_2d(int(d_a), a.shape, (16, 64), np.uint16, swizzle=128), cuda.Out(out),
+           block=(128, 1, 1), grid=(1, 1))
+    chunks = out.reshape(16, 8, 8)                  # row, 16-byte chunk, element
+    for r in range(16):
+        for c in range(8):
+            assert np.array_equal(chunks[r, c ^ (r % 8)], a[r, 8 * c:8 * c + 8]), (r, c)
+
+
 @pytest.mark.parametrize("shape, box, dtype, says", [
     ((20, 41), (8, 16), np.float32, "rows are 164 bytes apart, not a multiple of 16"),
     ((20, 40), (8, 6), np.float32, "a box row of 6 elements is 24 bytes"),
     ((20, 40), (300, 16), np.float32, "each side must be 1 to 256 elements"),
     ((20, 40), (8, 16), np.complex64, "a tensor map of complex64 elements"),
+    ((20, 64), (8, 32), np.uint16, "swizzle=128: 0, or 128 with box rows of 128 bytes (64 elements of uint16)"),
 ])
 def test_a_tensor_map_the_driver_would_refuse_says_why(shape, box, dtype, says):
     from grader.kernels.tensor_map import TensorMapError, tensor_map_2d
     with pytest.raises(TensorMapError) as e:
-        tensor_map_2d(1 << 20, shape, box, dtype)
+        tensor_map_2d(1 << 20, shape, box, dtype, swizzle=128 if "swizzle" in says else 0)
     assert says in str(e.value), str(e.value)
 
 
@@ -359,8 +395,8 @@ def test_a_graded_source_may_include_the_header():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("source", [_ring_source(), SPECIALIZED, EPILOGUE, BOXES],
-                         ids=["ring", "specialized", "epilogue", "tensor-copy"])
+@pytest.mark.parametrize("source", [_ring_source(), SPECIALIZED, EPILOGUE, BOXES, SWIZZLED],
+                         ids=["ring", "specialized", "epilogue", "tensor-copy", "swizzled"])
 def test_nvcc_accepts_the_gpu_header(tmp_path, source):
     (tmp_path / "kernel.cu").write_text(source)
     p = subprocess.run(["nvcc", "--cubin", "-arch=sm_90", f"-I{PYCUDA_INCLUDE_DIR}", "-o", str(tmp_path / "k.cubin"),

@@ -9,9 +9,10 @@ MAGIC = int.from_bytes(b"EMUTMAP2", "little")
 
 
 def encode_2d(address: int, element_size: int, width: int, height: int, row_stride: int,
-              box_width: int, box_height: int) -> np.void:
+              box_width: int, box_height: int, swizzle: int = 0) -> np.void:
     """A row-major matrix of `height` rows of `width` elements, rows `row_stride` bytes apart, at device
-    `address`, loaded in boxes of `box_height` rows of `box_width` elements."""
+    `address`, loaded in boxes of `box_height` rows of `box_width` elements, their 16-byte chunks permuted
+    within each 128-byte row when `swizzle` is 128."""
     words = np.zeros(SIZE // 8, np.uint64)
-    words[:8] = [MAGIC, address, element_size, width, height, row_stride, box_width, box_height]
+    words[:9] = [MAGIC, address, element_size, width, height, row_stride, box_width, box_height, swizzle]
     return np.frombuffer(words.tobytes(), np.dtype((np.void, SIZE)))[0]

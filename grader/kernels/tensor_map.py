@@ -22,11 +22,16 @@ class TensorMapError(ValueError):
     """The matrix or the box breaks one of the driver's rules for a tensor map."""
 
 
+SWIZZLES = {0: 0, 128: 3}        # bytes -> CUtensorMapSwizzle (none, 128B)
+
+
 def tensor_map_2d(address: int, shape: tuple[int, int], box: tuple[int, int], dtype,
-                  row_stride: int | None = None, bfloat16: bool = False) -> np.void:
+                  row_stride: int | None = None, bfloat16: bool = False, swizzle: int = 0) -> np.void:
     """The tensor map of a row-major matrix of `shape` (rows, columns) of `dtype` at device `address` (an
     int(...) of a DeviceAllocation or GPUArray.gpudata), loaded in boxes of `box` (rows, columns) that
-    land in shared memory row after row. Elements of a box outside the matrix land as zeros."""
+    land in shared memory row after row. Elements of a box outside the matrix land as zeros. With
+    swizzle=128, box rows of 128 bytes land with their 16-byte chunks permuted: chunk c of row r at chunk
+    c ^ (r % 8), the layout wgmma reads without bank conflicts (the box at a multiple of 1024 bytes)."""
     dtype = np.dtype(dtype)
     rows, cols = (int(n) for n in shape)
     box_rows, box_cols = (int(n) for n in box)
@@ -46,22 +51,25 @@ def tensor_map_2d(address: int, shape: tuple[int, int], box: tuple[int, int], dt
                              f"multiple of 16")
     if rows <= 0 or cols <= 0:
         raise TensorMapError(f"a matrix of {rows} x {cols}")
+    if swizzle not in SWIZZLES or (swizzle and box_cols * dtype.itemsize != swizzle):
+        raise TensorMapError(f"swizzle={swizzle}: 0, or 128 with box rows of 128 bytes "
+                             f"({128 // dtype.itemsize} elements of {dtype})")
     if backend.current().name == "emulator":
-        return emulated.encode_2d(int(address), dtype.itemsize, cols, rows, row_stride, box_cols, box_rows)
+        return emulated.encode_2d(int(address), dtype.itemsize, cols, rows, row_stride, box_cols, box_rows, swizzle)
     return _encode_on_gpu(int(address), BFLOAT16 if bfloat16 else _DATA_TYPES[dtype], rows, cols, row_stride,
-                          box_rows, box_cols)
+                          box_rows, box_cols, SWIZZLES[swizzle])
 
 
 def _encode_on_gpu(address: int, data_type: int, rows: int, cols: int, row_stride: int, box_rows: int,
-                   box_cols: int) -> np.void:
-    """cuTensorMapEncodeTiled of the CUDA driver (libcuda), no interleave, swizzle, L2 promotion or NaN fill."""
+                   box_cols: int, swizzle: int) -> np.void:
+    """cuTensorMapEncodeTiled of the CUDA driver (libcuda), no interleave, L2 promotion or NaN fill."""
     out = np.zeros(emulated.SIZE + 64, np.uint8)
     offset = (-out.ctypes.data) % 64                 # the driver wants the map 64-byte aligned
     u64, u32 = ctypes.c_uint64, ctypes.c_uint32
     status = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled(
         ctypes.c_void_p(out.ctypes.data + offset), ctypes.c_int(data_type), u32(2), ctypes.c_void_p(address),
         (u64 * 2)(cols, rows), (u64 * 1)(row_stride), (u32 * 2)(box_cols, box_rows), (u32 * 2)(1, 1),
-        ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0))
+        ctypes.c_int(0), ctypes.c_int(swizzle), ctypes.c_int(0), ctypes.c_int(0))
     if status != 0:
         raise TensorMapError(f"the CUDA driver refused the tensor map (cuTensorMapEncodeTiled returned {status})")
     return np.frombuffer(out[offset:offset + emulated.SIZE].tobytes(), np.dtype((np.void, emulated.SIZE)))[0]

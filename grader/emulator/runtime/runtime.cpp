@@ -666,10 +666,15 @@ extern "C" void __emu_tma_load_2d(int line, void* dst, const void* map, int x, i
         fail(kLaunchFailure, head + "reads a tensor map that tensor_map_2d() did not make (pass the map itself, by "
                                     "value: const __grid_constant__ TensorMap map)");
     const uint64_t base = w[1], esize = w[2], width = w[3], height = w[4], stride = w[5], bw = w[6], bh = w[7];
+    const uint64_t swizzle = w[8];
     const size_t bytes = size_t(bw * bh * esize);
-    if (reinterpret_cast<uintptr_t>(dst) % 128)
-        fail(kLaunchFailure, head + "writes to shared memory at an address that is not a multiple of 128 bytes "
-                                    "(__align__(128) on the array)");
+    if (swizzle && bw * esize != 128)
+        fail(kLaunchFailure, head + "reads a tensor map with a 128-byte swizzle whose box rows are not 128 bytes");
+    const uintptr_t align = swizzle ? 1024 : 128;
+    if (reinterpret_cast<uintptr_t>(dst) % align)
+        fail(kLaunchFailure, head + "writes to shared memory at an address that is not a multiple of " +
+                                    std::to_string(align) + " bytes (__align__(" + std::to_string(align) +
+                                    ") on the array" + (swizzle ? ": a swizzled box starts a swizzle pattern)" : ")"));
     check_shared_range(head, dst, bytes, false);
     const uintptr_t* b = L.buffers;
     size_t i = 0;
@@ -685,6 +690,12 @@ extern "C" void __emu_tma_load_2d(int line, void* dst, const void* map, int x, i
         memcpy(&box[(r * bw + uint64_t(c0 - x)) * esize],
                reinterpret_cast<const unsigned char*>(base + uint64_t(row) * stride + uint64_t(c0) * esize),
                size_t(uint64_t(c1 - c0) * esize));
+    }
+    if (swizzle) {      // 128-byte rows: chunk c of row r lands at chunk c ^ (r % 8)
+        std::vector<unsigned char> plain(box);
+        for (size_t r = 0; r < bh; r++)
+            for (size_t c = 0; c < 8; c++)
+                memcpy(&box[r * 128 + ((c ^ (r % 8)) * 16)], &plain[r * 128 + c * 16], 16);
     }
     if (analysis::enabled())
         analysis::bulk_copy(dst, unsigned(bytes), bar, cur->linear, CALLER_PC);

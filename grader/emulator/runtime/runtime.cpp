@@ -23,7 +23,6 @@
 
 #include "analysis.h"
 #include "emu_abi.h"
-
 #include "fiber.h"
 #include "runtime.h"
 

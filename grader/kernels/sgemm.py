@@ -2,6 +2,7 @@
 output poisoned (NaN) before every launch; compare against float64."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +80,29 @@ POISON_BITS = np.uint32(0x7FC0C0DE)
 def poisoned(shape) -> np.ndarray:
     """A float32 array of `shape` filled with the poison NaN."""
     return np.full(shape, POISON_BITS, dtype=np.uint32).view(np.float32)
+
+
+def run_guarded(drv, n: int, guard: int, guard_bits: np.uint32, launch, inputs=()):
+    """launch(address) writes an output of n floats at `address`: poisoned, with `guard` floats of `guard_bits`
+    before and after it in the same allocation. The output and `inputs` (device allocations) are freed after,
+    even after a fault. Returns (the output's floats, offsets of the guard floats it changed before it
+    (negative), offsets of those after its end)."""
+    host = np.empty(guard + n + guard, dtype=np.float32)
+    bits = host.view(np.uint32)
+    bits[:] = guard_bits
+    bits[guard:guard + n] = POISON_BITS
+    out = drv.to_device(host)
+    try:
+        launch(int(out) + 4 * guard)
+        drv.Context.synchronize()           # a real GPU reports a faulting launch here
+        drv.memcpy_dtoh(host, out)
+    finally:
+        for alloc in (*inputs, out):
+            with contextlib.suppress(drv.Error):      # after a fault, the context is gone
+                alloc.free()
+    before = np.flatnonzero(bits[:guard] != guard_bits) - guard
+    after = np.flatnonzero(bits[guard + n:] != guard_bits)
+    return host[guard:guard + n].copy(), before, after
 
 
 def never_written(values: np.ndarray) -> np.ndarray:

@@ -9,12 +9,10 @@ multiple of 16 bytes.
 """
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
-from grader.kernels import bf16
-from grader.kernels.sgemm import POISON_BITS, driver_of
+from grader.kernels import bf16, sgemm
+from grader.kernels.sgemm import driver_of
 from grader.kernels.stages import Launch, cdiv
 from grader.kernels.tensor_map import tensor_map_2d
 from grader.platform.compiler import Kernels
@@ -35,28 +33,18 @@ def inputs(M: int, N: int, K: int, rng: np.random.Generator) -> tuple[np.ndarray
 
 
 def run_guarded(function, A: np.ndarray, B: np.ndarray, guard: int, guard_bits: np.uint32):
-    """C = A B with C NaN-poisoned and `guard` floats of `guard_bits` before and after it in the same
-    allocation. Returns (C, offsets of changed guard floats before C (negative), offsets after its end)."""
+    """C = A B with C poisoned and `guard` floats of `guard_bits` before and after it in the same allocation
+    (grader.kernels.sgemm.run_guarded). Returns (C, offsets of changed guard floats before C (negative),
+    offsets of those after its end)."""
     drv = driver_of(function)
     (M, K), N = A.shape, B.shape[1]
-    n = M * N
-    host = np.empty(guard + n + guard, dtype=np.float32)
-    host.view(np.uint32)[:] = guard_bits
-    host.view(np.uint32)[guard:guard + n] = POISON_BITS
-    a, b, c = drv.to_device(np.ascontiguousarray(A)), drv.to_device(np.ascontiguousarray(B)), drv.to_device(host)
-    try:
+    a, b = drv.to_device(np.ascontiguousarray(A)), drv.to_device(np.ascontiguousarray(B))
+
+    def launch_at(c: int) -> None:
         lc = launch(M, N)
         function(tensor_map_2d(int(a), A.shape, (BM, BK), np.uint16, bfloat16=True),
                  tensor_map_2d(int(b), B.shape, (BK, BN), np.uint16, bfloat16=True),
-                 np.uintp(int(c) + 4 * guard), np.int32(M), np.int32(N), np.int32(K),
-                 grid=lc.grid[:2], block=lc.block)
-        drv.Context.synchronize()           # a real GPU reports a faulting launch here
-        drv.memcpy_dtoh(host, c)
-    finally:
-        for alloc in (a, b, c):
-            with contextlib.suppress(drv.Error):      # after a fault, the context is gone
-                alloc.free()
-    bits = host.view(np.uint32)
-    before = np.flatnonzero(bits[:guard] != guard_bits) - guard
-    after = np.flatnonzero(bits[guard + n:] != guard_bits)
-    return host[guard:guard + n].reshape(M, N).copy(), before, after
+                 np.uintp(c), np.int32(M), np.int32(N), np.int32(K), grid=lc.grid[:2], block=lc.block)
+
+    C, before, after = sgemm.run_guarded(drv, M * N, guard, guard_bits, launch_at, (a, b))
+    return C.reshape(M, N), before, after

@@ -8,11 +8,10 @@ ceil(rows / TILE) blocks (x along the columns of `in`).
 """
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
-from grader.kernels.sgemm import POISON_BITS, driver_of
+from grader.kernels import sgemm
+from grader.kernels.sgemm import driver_of
 from grader.kernels.stages import Launch, cdiv
 from grader.platform.compiler import Kernels
 
@@ -37,29 +36,15 @@ def launch_kernel(function, rows: int, cols: int, x_ptr, out_ptr) -> None:
 
 
 def run_guarded(function, x: np.ndarray, guard: int, guard_bits: np.uint32):
-    """out = x^T with out NaN-poisoned and `guard` floats of `guard_bits` before
-    and after it in the same allocation. Returns (out, offsets of changed guard
-    floats before out (negative), offsets of changed guard floats after its end)."""
+    """out = x^T with out poisoned and `guard` floats of `guard_bits` before and after it in the same
+    allocation (grader.kernels.sgemm.run_guarded). Returns (out, offsets of changed guard floats before out
+    (negative), offsets of those after its end)."""
     drv = driver_of(function)
     rows, cols = x.shape
-    n = rows * cols
-    host = np.empty(guard + n + guard, dtype=np.float32)
-    host.view(np.uint32)[:] = guard_bits
-    host.view(np.uint32)[guard:guard + n] = POISON_BITS
     a = drv.to_device(np.ascontiguousarray(x, dtype=np.float32))
-    o = drv.to_device(host)
-    try:
-        launch_kernel(function, rows, cols, a, int(o) + 4 * guard)
-        drv.Context.synchronize()           # a real GPU reports a faulting launch here
-        drv.memcpy_dtoh(host, o)
-    finally:
-        for alloc in (a, o):
-            with contextlib.suppress(drv.Error):      # after a fault, the context is gone
-                alloc.free()
-    bits = host.view(np.uint32)
-    before = np.flatnonzero(bits[:guard] != guard_bits) - guard
-    after = np.flatnonzero(bits[guard + n:] != guard_bits)
-    return host[guard:guard + n].reshape(cols, rows).copy(), before, after
+    out, before, after = sgemm.run_guarded(drv, rows * cols, guard, guard_bits,
+                                           lambda o: launch_kernel(function, rows, cols, a, o), (a,))
+    return out.reshape(cols, rows), before, after
 
 
 def transpose(x: np.ndarray, function=None) -> np.ndarray:

@@ -18,7 +18,8 @@ import numpy as np
 
 from grader import emulator
 from grader.grading.report import CheckResult
-from grader.kernels.sgemm import POISON_BITS, driver_of, launch_kernel
+from grader.kernels import sgemm
+from grader.kernels.sgemm import driver_of, launch_kernel
 from grader.kernels.stages import Launch, Stage
 from grader.platform import sandbox
 from grader.platform.compiler import CompileFailed, Kernels, compile_kernels
@@ -185,31 +186,18 @@ def lock_down(functions, analysed: bool = False) -> None:
 
 
 def run_guarded(driver, function, launch: Launch, A: np.ndarray, B: np.ndarray, guard: int | None = None):
-    """C = A B with C poisoned (grader.kernels.sgemm.POISON_BITS) and `guard` poisoned floats before and after
-    it in the same allocation. Returns (C, guard_before_ok, guard_after_ok,
-    first bad guard offsets)."""
+    """C = A B with C poisoned and `guard` floats of GUARD_BITS before and after it in the same allocation
+    (grader.kernels.sgemm.run_guarded). Returns (C, offsets of changed guard floats before C (negative),
+    offsets of those after its end)."""
     M, K = A.shape
     N = B.shape[1]
     if guard is None:
         guard = max(4096, 128 * N + 128)          # a whole row of tiles hanging over the end
-    host = np.empty(guard + M * N + guard, dtype=np.float32)
-    bits = host.view(np.uint32)
-    bits[:] = GUARD_BITS
-    bits[guard:guard + M * N] = POISON_BITS
     a = driver.to_device(np.ascontiguousarray(A, dtype=np.float32))
     b = driver.to_device(np.ascontiguousarray(B, dtype=np.float32))
-    c = driver.to_device(host)
-    launch_kernel(function, launch, M, N, K, a, b, int(c) + 4 * guard)
-    driver.Context.synchronize()       # a real GPU reports a faulting launch here
-    driver.memcpy_dtoh(host, c)
-    bits = host.view(np.uint32)
-    before = np.flatnonzero(bits[:guard] != GUARD_BITS)
-    after = np.flatnonzero(bits[guard + M * N:] != GUARD_BITS)
-    C = host[guard:guard + M * N].reshape(M, N).copy()
-    for alloc in (a, b, c):
-        with contextlib.suppress(driver.Error):     # after a fault, the context is gone
-            alloc.free()
-    return C, before - guard, after
+    C, before, after = sgemm.run_guarded(driver, M * N, guard, GUARD_BITS,
+                                         lambda c: launch_kernel(function, launch, M, N, K, a, b, c), (a, b))
+    return C.reshape(M, N), before, after
 
 
 def launch_failure(driver, e: Exception) -> str:

@@ -13,10 +13,13 @@ import contextlib
 import re
 import signal
 import time
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from grader import emulator
+from grader.grading.checks import emulator_tools as analysis
 from grader.grading.report import CheckResult
 from grader.kernels import sgemm
 from grader.kernels.sgemm import driver_of, launch_kernel
@@ -270,6 +273,87 @@ def guard_problems(before, after, n: int, name: str, said: set | None = None) ->
     if said is not None:
         said.add("bounds")
     return [f"wrote outside {name}: " + " and ".join(where) + hint]
+
+
+@dataclass(frozen=True)
+class GuardedCase:
+    """One shape of a check that runs a kernel into a guarded output (sgemm.run_guarded)."""
+    label: str                   # "M=96 N=80 K=72"
+    shape: tuple                 # the output's
+    name: str                    # the output's name: "C", "out"
+    compare: Callable            # compare(output, said) -> what is wrong with it, or None
+    correct: str                 # what a correct output says
+
+
+def collect_guarded(check: str, runs, gpu: bool, drv) -> tuple[list[dict], dict]:
+    """Each of `runs` (callables returning an output and its guard zones' changes, sgemm.run_guarded) within
+    the launch budget of (check, its index): ([{"failure": why or None}], {"out{i}", "before{i}", "after{i}"}).
+    Stops after a hang, and on a GPU after any fault (the context is gone)."""
+    ran, arrays = [], {}
+    for i, run in enumerate(runs):
+        try:
+            with launch_budget((check, i), emulated=not gpu):
+                out, before, after = run()
+        except launch_errors(drv) as e:
+            ran.append({"failure": launch_failure(drv, e)})
+            if gpu or did_not_finish(e):
+                break
+            continue
+        ran.append({"failure": None})
+        arrays.update({f"out{i}": out, f"before{i}": before, f"after{i}": after})
+    return ran, arrays
+
+
+def judge_guarded(ran: list[dict], arrays: dict, cases: list[GuardedCase]) -> tuple[bool, list[str]]:
+    """What collect_guarded returned, case by case: (every output correct, a line per case run)."""
+    ok, lines, said = True, [], set()
+    for i, case in enumerate(cases):
+        if i >= len(ran):
+            ok = False
+            if any(r.get("failure") for r in ran):
+                break                # the rest was not run after a fault or a hang
+            lines.append(f"{case.label}: the grading process returned no result for this shape")
+            continue
+        if ran[i].get("failure"):
+            ok = False
+            lines.append(f"{case.label}: {ran[i]['failure']}")
+            continue
+        out = returned_matrix(arrays.get(f"out{i}"), case.shape)
+        if out is None:
+            ok = False
+            lines.append(f"{case.label}: the grading process returned no {case.name} of this shape")
+            continue
+        problems = guard_problems(np.asarray(arrays.get(f"before{i}", [])), np.asarray(arrays.get(f"after{i}", [])),
+                                  out.size, case.name, said)
+        wrong = case.compare(out, said)
+        problems += [wrong] if wrong else []
+        ok = ok and not problems
+        lines.append(f"{case.label}: " + ("; ".join(problems) if problems else case.correct))
+    return ok, lines
+
+
+ORDER_SEEDS = (0x5EED1, 0xC0FFEE)      # the permuted thread orders a races check runs beside the normal one
+
+
+def collect_in_orders(check: str, launch) -> tuple[dict, dict]:
+    """launch() -> (output or None, why it failed or None): analysed in the normal thread order, then, when
+    that gave an output, in each of ORDER_SEEDS' orders until one fails. Returns ({"failure", "report",
+    "orders": [{"seed", "failure"}]}, {"out0", "out<seed>"})."""
+    meta, arrays = {}, {}
+    with launch_budget((check, "analysed")), analysis.thread_order(0), analysis.analysis() as report:
+        out, meta["failure"] = launch()
+    meta["report"] = analysis.report_data(report)
+    meta["orders"] = []
+    if out is not None:
+        arrays["out0"] = out
+        for seed in ORDER_SEEDS:
+            with launch_budget((check, "plain")), analysis.thread_order(seed):
+                out, failure = launch()
+            meta["orders"].append({"seed": seed, "failure": failure})
+            if failure:
+                break
+            arrays[f"out{seed}"] = out
+    return meta, arrays
 
 
 def returned_matrix(value, shape: tuple) -> np.ndarray | None:

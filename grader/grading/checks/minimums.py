@@ -22,6 +22,7 @@ import numpy as np
 from grader.grading.checks import emulator_tools as analysis
 from grader.grading.checks import host_calls, wrong_patterns
 from grader.grading.checks.common import (
+    ORDER_SEEDS,
     does_not_compile,
     launch_budget,
     launch_errors,
@@ -122,7 +123,6 @@ SECOND_LOST = ("the minimum is right, the second larger than expected in every w
 
 # After a GPU SGEMM (A, B uniform in [0, 1)): C stays on the device.
 TOP2_SGEMM_SHAPE = (130, 97, 40)
-RACES_ORDERS = (0x5EED1, 0xC0FFEE)
 
 
 def _keys(value) -> tuple[int, int] | None:
@@ -230,7 +230,7 @@ def _collect_races(kernels, source: str, seed, launch) -> tuple[dict, dict]:
             meta["keys"] = list(launch(fns, np.random.default_rng(seed)))
         meta["report"] = analysis.report_data(report)
         meta["orders"] = []
-        for s in RACES_ORDERS:
+        for s in ORDER_SEEDS:
             with launch_budget((kernels.file, "races", "plain")), analysis.thread_order(s):
                 keys = launch(fns, np.random.default_rng(seed))
             meta["orders"].append({"seed": s, "keys": list(keys)})
@@ -257,7 +257,7 @@ def _judge_races(meta: dict, seed: int, name: str) -> CheckResult:
                         + "\n  ".join(analysis.describe(r) for r in oob[:3]))
     keys0 = _keys(meta.get("keys"))
     orders = list(meta.get("orders", []))
-    if keys0 is None or len(orders) != len(RACES_ORDERS):
+    if keys0 is None or len(orders) != len(ORDER_SEEDS):
         problems.append("the grading process did not return the keys of every thread order")
     else:
         for order in orders:

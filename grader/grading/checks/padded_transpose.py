@@ -21,9 +21,12 @@ from grader.grading.checks import wrong_patterns
 from grader.grading.checks.bank_conflicts_configs import conflict_report
 from grader.grading.checks.common import (
     GUARD_BITS,
-    did_not_finish,
+    ORDER_SEEDS,
+    GuardedCase,
+    collect_guarded,
+    collect_in_orders,
     does_not_compile,
-    guard_problems,
+    judge_guarded,
     launch_budget,
     launch_errors,
     launch_failure,
@@ -41,7 +44,6 @@ LARGE_EMULATOR = (192, 320)            # multiples of 32: every tile full
 LARGE_GPU = (3000, 4001)
 RACES_SHAPE = (45, 70)
 CONFLICTS_SHAPE = (64, 96)
-ORDER_SEEDS = (0x5EED1, 0xC0FFEE)
 SHOW = 3
 
 
@@ -76,70 +78,27 @@ def _compare(out: np.ndarray, x: np.ndarray, said: set | None = None) -> str | N
 
 def collect_correctness(source: str, seed: int, ctx: Context) -> Outputs:
     meta, fns = start_collect(transpose.TRANSPOSE, source)
-    arrays = {}
     if fns is None:
-        return meta, arrays
+        return meta, {}
     function = fns["transpose"]
-    drv = driver_of(function)
     rng = np.random.default_rng(seed)
-    gpu = ctx.gpu
-    xs = [_inputs(rows, cols, rng) for rows, cols in shapes(gpu)]
-
-    def guarded(f, x):
-        return transpose.run_guarded(f, x, guard_floats(*x.shape), GUARD_BITS)
-
-    meta["shapes"] = []
-    for i, x in enumerate(xs):
-        try:
-            with launch_budget(("transpose-correctness", i), emulated=not gpu):
-                out, before, after = guarded(function, x)
-        except launch_errors(drv) as e:
-            meta["shapes"].append({"failure": launch_failure(drv, e)})
-            if gpu or did_not_finish(e):
-                break           # on a GPU the context is gone after a fault; a hang would hang again
-            continue
-        meta["shapes"].append({"failure": None})
-        arrays.update({f"out{i}": out, f"before{i}": before, f"after{i}": after})
+    xs = [_inputs(rows, cols, rng) for rows, cols in shapes(ctx.gpu)]
+    runs = [lambda x=x: transpose.run_guarded(function, x, guard_floats(*x.shape), GUARD_BITS) for x in xs]
+    meta["shapes"], arrays = collect_guarded("transpose-correctness", runs, ctx.gpu, driver_of(function))
     return meta, arrays
 
 
 def judge_correctness(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     meta, arrays = outputs
-    gpu = ctx.gpu
     name = "transpose-correctness"
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
     rng = np.random.default_rng(seed)
-    ran = list(meta.get("shapes", []))
-    ok, lines, said = True, [], set()
-    for i, (rows, cols) in enumerate(shapes(gpu)):
-        shape = f"in {rows} x {cols}"
-        x = _inputs(rows, cols, rng)
-        if i >= len(ran):
-            ok = False
-            if any(r.get("failure") for r in ran):
-                break                # the rest was not run after a fault or a hang
-            lines.append(f"{shape}: the grading process returned no result for this shape")
-            continue
-        if ran[i].get("failure"):
-            ok = False
-            lines.append(f"{shape}: {ran[i]['failure']}")
-            continue
-        out = returned_matrix(arrays.get(f"out{i}"), (cols, rows))
-        if out is None:
-            ok = False
-            lines.append(f"{shape}: the grading process returned no out of this shape")
-            continue
-        problems = guard_problems(np.asarray(arrays.get(f"before{i}", [])), np.asarray(arrays.get(f"after{i}", [])),
-                                  rows * cols, "out", said)
-        wrong = _compare(out, x, said)
-        problems += [wrong] if wrong else []
-        if problems:
-            ok = False
-            lines.append(f"{shape}: " + "; ".join(problems))
-        else:
-            lines.append(f"{shape}: out ({cols} x {rows}) correct")
-    head = (f"correct on all {len(shapes(gpu))} shapes" if ok else "wrong") + \
+    cases = [GuardedCase(f"in {rows} x {cols}", (cols, rows), "out", lambda out, said, x=x: _compare(out, x, said),
+                         f"out ({cols} x {rows}) correct")
+             for rows, cols in shapes(ctx.gpu) for x in [_inputs(rows, cols, rng)]]
+    ok, lines = judge_guarded(list(meta.get("shapes", [])), arrays, cases)
+    head = (f"correct on all {len(cases)} shapes" if ok else "wrong") + \
         f" (random seed {seed}; grid ceil(cols / 32) x ceil(rows / 32) blocks of 32 x 32 threads)"
     return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed},
                             output=meta.get("log", ""))
@@ -166,24 +125,9 @@ def collect_races(source: str, seed: int, ctx: Context) -> Outputs:
     meta, fns = start_collect(transpose.TRANSPOSE, source, on_emulator=True)
     if fns is None:
         return meta, {}
-    function = fns["transpose"]
     x = _inputs(*RACES_SHAPE, np.random.default_rng(seed))
-    arrays = {}
-
-    with launch_budget(("transpose-races", "analysed")), analysis.thread_order(0), analysis.analysis() as report:
-        out0, meta["failure"] = _launch(function, x)
-    meta["report"] = analysis.report_data(report)
-    meta["orders"] = []
-    if out0 is not None:
-        arrays["out0"] = out0
-        for s in ORDER_SEEDS:
-            with launch_budget(("transpose-races", "plain")), analysis.thread_order(s):
-                out1, failure = _launch(function, x)
-            meta["orders"].append({"seed": s, "failure": failure})
-            if failure:
-                break
-            arrays[f"out{s}"] = out1
-    return meta, arrays
+    ran, arrays = collect_in_orders("transpose-races", lambda: _launch(fns["transpose"], x))
+    return {**meta, **ran}, arrays
 
 
 def judge_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:

@@ -16,10 +16,12 @@ import numpy as np
 from grader.grading.checks import emulator_tools as analysis
 from grader.grading.checks.common import (
     GUARD_BITS,
-    did_not_finish,
+    ORDER_SEEDS,
+    GuardedCase,
+    collect_guarded,
+    collect_in_orders,
     does_not_compile,
-    guard_problems,
-    launch_budget,
+    judge_guarded,
     launch_errors,
     launch_failure,
     returned_matrix,
@@ -35,7 +37,6 @@ SHAPES = [(64, 64, 64), (8, 8, 8), (96, 80, 72), (200, 136, 40), (72, 200, 264)]
 LARGE_EMULATOR = (128, 192, 256)
 LARGE_GPU = (2048, 3000, 1024)
 RACES_SHAPE = (96, 80, 136)
-ORDER_SEEDS = (0x5EED1, 0xC0FFEE)
 GUARD = 4096
 SHOW = 3
 
@@ -58,25 +59,13 @@ def _compare(C: np.ndarray, A: np.ndarray, B: np.ndarray) -> str | None:
 
 def collect_correctness(source: str, seed: int, ctx: Context) -> Outputs:
     meta, fns = start_collect(tensor_gemm.WARP_SPECIALIZED, source)
-    arrays = {}
     if fns is None:
-        return meta, arrays
+        return meta, {}
     function = fns["gemm_bf16"]
-    drv = driver_of(function)
     rng = np.random.default_rng(seed)
-    meta["shapes"] = []
-    for i, shape in enumerate(shapes(ctx.gpu)):
-        A, B = tensor_gemm.inputs(*shape, rng)
-        try:
-            with launch_budget(("tensor-gemm-correctness", i), emulated=not ctx.gpu):
-                C, before, after = tensor_gemm.run_guarded(function, A, B, GUARD, GUARD_BITS)
-        except launch_errors(drv) as e:
-            meta["shapes"].append({"failure": launch_failure(drv, e)})
-            if ctx.gpu or did_not_finish(e):
-                break           # on a GPU the context is gone after a fault; a hang would hang again
-            continue
-        meta["shapes"].append({"failure": None})
-        arrays.update({f"C{i}": C, f"before{i}": before, f"after{i}": after})
+    operands = [tensor_gemm.inputs(*shape, rng) for shape in shapes(ctx.gpu)]
+    runs = [lambda A=A, B=B: tensor_gemm.run_guarded(function, A, B, GUARD, GUARD_BITS) for A, B in operands]
+    meta["shapes"], arrays = collect_guarded("tensor-gemm-correctness", runs, ctx.gpu, driver_of(function))
     return meta, arrays
 
 
@@ -86,36 +75,10 @@ def judge_correctness(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
     rng = np.random.default_rng(seed)
-    ran = list(meta.get("shapes", []))
-    ok, lines, said = True, [], set()
-    for i, (M, N, K) in enumerate(shapes(ctx.gpu)):
-        shape = f"M={M} N={N} K={K}"
-        A, B = tensor_gemm.inputs(M, N, K, rng)
-        if i >= len(ran):
-            ok = False
-            if any(r.get("failure") for r in ran):
-                break                # the rest was not run after a fault or a hang
-            lines.append(f"{shape}: the grading process returned no result for this shape")
-            continue
-        if ran[i].get("failure"):
-            ok = False
-            lines.append(f"{shape}: {ran[i]['failure']}")
-            continue
-        C = returned_matrix(arrays.get(f"C{i}"), (M, N))
-        if C is None:
-            ok = False
-            lines.append(f"{shape}: the grading process returned no C of this shape")
-            continue
-        problems = guard_problems(np.asarray(arrays.get(f"before{i}", [])), np.asarray(arrays.get(f"after{i}", [])),
-                                  M * N, "C", said)
-        wrong = _compare(C, A, B)
-        problems += [wrong] if wrong else []
-        if problems:
-            ok = False
-            lines.append(f"{shape}: " + "; ".join(problems))
-        else:
-            lines.append(f"{shape}: C correct")
-    head = (f"correct on all {len(shapes(ctx.gpu))} shapes" if ok else "wrong") + \
+    cases = [GuardedCase(f"M={M} N={N} K={K}", (M, N), "C", lambda C, said, AB=AB: _compare(C, *AB), "C correct")
+             for M, N, K in shapes(ctx.gpu) for AB in [tensor_gemm.inputs(M, N, K, rng)]]
+    ok, lines = judge_guarded(list(meta.get("shapes", [])), arrays, cases)
+    head = (f"correct on all {len(cases)} shapes" if ok else "wrong") + \
         f" (random seed {seed}; grid ceil(N / 64) x ceil(M / 64) blocks of {tensor_gemm.THREADS} threads)"
     return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed},
                             output=meta.get("log", ""))
@@ -135,23 +98,9 @@ def collect_races(source: str, seed: int, ctx: Context) -> Outputs:
     meta, fns = start_collect(tensor_gemm.WARP_SPECIALIZED, source, on_emulator=True)
     if fns is None:
         return meta, {}
-    function = fns["gemm_bf16"]
     A, B = tensor_gemm.inputs(*RACES_SHAPE, np.random.default_rng(seed))
-    arrays = {}
-    with launch_budget(("tensor-gemm-races", "analysed")), analysis.thread_order(0), analysis.analysis() as report:
-        C0, meta["failure"] = _launch(function, A, B)
-    meta["report"] = analysis.report_data(report)
-    meta["orders"] = []
-    if C0 is not None:
-        arrays["C0"] = C0
-        for s in ORDER_SEEDS:
-            with launch_budget(("tensor-gemm-races", "plain")), analysis.thread_order(s):
-                C1, failure = _launch(function, A, B)
-            meta["orders"].append({"seed": s, "failure": failure})
-            if failure:
-                break
-            arrays[f"C{s}"] = C1
-    return meta, arrays
+    ran, arrays = collect_in_orders("tensor-gemm-races", lambda: _launch(fns["gemm_bf16"], A, B))
+    return {**meta, **ran}, arrays
 
 
 def judge_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
@@ -170,10 +119,10 @@ def judge_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     if oob and not failure:
         problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
                         + "\n  ".join(analysis.describe(r) for r in oob[:SHOW]))
-    C0 = returned_matrix(arrays.get("C0"), (M, N))
+    C0 = returned_matrix(arrays.get("out0"), (M, N))
     if C0 is not None:
         problems += analysis.order_problems(
-            C0, meta.get("orders", []), lambda s: returned_matrix(arrays.get(f"C{s}"), (M, N)), len(ORDER_SEEDS),
+            C0, meta.get("orders", []), lambda s: returned_matrix(arrays.get(f"out{s}"), (M, N)), len(ORDER_SEEDS),
             "C", "threads read a stage before its copy landed or after it was refilled: a wait on the wrong "
             "mbarrier or parity, or a stage released before it was read?")
         if never_written(C0).any():

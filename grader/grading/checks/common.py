@@ -356,6 +356,41 @@ def collect_in_orders(check: str, launch) -> tuple[dict, dict]:
     return meta, arrays
 
 
+def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, shape: tuple, output: str,
+                    races_head: str, order_cause: str, does: str, shown: int = 3) -> CheckResult:
+    """The verdict on what collect_in_orders returned (meta: with the compile's): passed when the analysed run
+    found no race and no out-of-bounds access and every order gave the same output, all of it written.
+    `races_head` follows the count of races ("race(s) on shared memory, e.g."), `order_cause` says what a
+    difference between orders suggests, `does` what a kernel that is credited does ("computes C")."""
+    if meta.get("compile_error") is not None:
+        return does_not_compile(name, meta["compile_error"], seed)
+    report = analysis.report_from(meta.get("report", {}))
+    failure = meta.get("failure")
+    problems = [f"normal thread order: {failure}"] if failure else []
+    races, oob = list(report.races), list(report.out_of_bounds)
+    if races:
+        problems.append(f"{len(races)} {races_head}:\n  "
+                        + "\n  ".join(analysis.describe(r) for r in races[:shown]))
+    if oob and not failure:
+        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
+                        + "\n  ".join(analysis.describe(r) for r in oob[:shown]))
+    first = returned_matrix(arrays.get("out0"), shape)
+    if first is not None:
+        problems += analysis.order_problems(first, meta.get("orders", []),
+                                            lambda s: returned_matrix(arrays.get(f"out{s}"), shape),
+                                            len(ORDER_SEEDS), output, order_cause)
+        if sgemm.never_written(first).any():
+            problems.append(f"{int(sgemm.never_written(first).sum())} element(s) of {output} were never written: "
+                            f"only a kernel that {does} is credited with being race-free")
+    elif not failure:
+        problems.append(f"the grading process returned no {output}")
+    head, log = f"{label}, random seed {seed}", meta.get("log", "")
+    if problems:
+        return CheckResult.make(name, False, f"{head}:\n" + "\n".join(problems), details={"seed": seed}, output=log)
+    return CheckResult.make(name, True, f"{head}: no races, no out-of-bounds accesses, the same {output} in "
+                            f"{len(ORDER_SEEDS) + 1} thread orders", details={"seed": seed}, output=log)
+
+
 def returned_matrix(value, shape: tuple) -> np.ndarray | None:
     """A float32 array of this shape, as a grading process returned it, or None (missing or malformed)."""
     if value is None:

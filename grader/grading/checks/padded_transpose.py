@@ -21,12 +21,12 @@ from grader.grading.checks import wrong_patterns
 from grader.grading.checks.bank_conflicts_configs import conflict_report
 from grader.grading.checks.common import (
     GUARD_BITS,
-    ORDER_SEEDS,
     GuardedCase,
     collect_guarded,
     collect_in_orders,
     does_not_compile,
     judge_guarded,
+    judge_in_orders,
     launch_budget,
     launch_errors,
     launch_failure,
@@ -36,7 +36,7 @@ from grader.grading.checks.common import (
 from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import transpose
-from grader.kernels.sgemm import driver_of, nan_hint, never_written, poisoned
+from grader.kernels.sgemm import driver_of, nan_hint, poisoned
 
 # (rows, cols) of `in`: not square, not multiples of 32 (one of each kind of edge), one row, one column.
 SHAPES = [(1, 1), (1, 45), (45, 1), (33, 65), (100, 37), (31, 97), (257, 130)]
@@ -131,41 +131,13 @@ def collect_races(source: str, seed: int, ctx: Context) -> Outputs:
 
 
 def judge_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
-    meta, arrays = outputs
-    name = "transpose-races"
-    if meta.get("compile_error") is not None:
-        return does_not_compile(name, meta["compile_error"], seed)
     rows, cols = RACES_SHAPE
-    report = analysis.report_from(meta.get("report", {}))
-    failure = meta.get("failure")
-    problems = []
-    if failure:
-        problems.append(f"normal thread order: {failure}")
-    races, oob = list(report.races), list(report.out_of_bounds)
-    if races:
-        problems.append(f"{len(races)} race(s) on shared or global memory - a missing __syncthreads() between "
-                        "the writes to the tile and the reads of its columns? e.g.:\n  "
-                        + "\n  ".join(analysis.describe(r) for r in races[:SHOW]))
-    if oob and not failure:
-        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
-                        + "\n  ".join(analysis.describe(r) for r in oob[:SHOW]))
-    out0 = returned_matrix(arrays.get("out0"), (cols, rows))
-    if out0 is not None:
-        problems += analysis.order_problems(
-            out0, meta.get("orders", []), lambda s: returned_matrix(arrays.get(f"out{s}"), (cols, rows)),
-            len(ORDER_SEEDS), "out", "threads read tile elements that other threads have not written yet: a missing "
-            "__syncthreads()?")
-        if never_written(out0).any():
-            problems.append(f"{int(never_written(out0).sum())} element(s) of out were never written: only a kernel that "
-                            "transposes is credited with being race-free")
-    elif not failure:
-        problems.append("the grading process returned no out")
-    shape = f"in {rows} x {cols}, random seed {seed}"
-    log = meta.get("log", "")
-    if problems:
-        return CheckResult.make(name, False, f"{shape}:\n" + "\n".join(problems), details={"seed": seed}, output=log)
-    return CheckResult.make(name, True, f"{shape}: no races, no out-of-bounds accesses, the same out in "
-                            f"{len(ORDER_SEEDS) + 1} thread orders", details={"seed": seed}, output=log)
+    return judge_in_orders(
+        "transpose-races", seed, *outputs, f"in {rows} x {cols}", (cols, rows), "out",
+        "race(s) on shared or global memory - a missing __syncthreads() between the writes to the tile and the "
+        "reads of its columns? e.g.",
+        "threads read tile elements that other threads have not written yet: a missing __syncthreads()?",
+        "transposes", SHOW)
 
 
 def collect_bank_conflicts(source: str, seed: int, ctx: Context) -> Outputs:

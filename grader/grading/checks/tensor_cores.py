@@ -13,24 +13,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.grading.checks import emulator_tools as analysis
 from grader.grading.checks.common import (
     GUARD_BITS,
-    ORDER_SEEDS,
     GuardedCase,
     collect_guarded,
     collect_in_orders,
     does_not_compile,
     judge_guarded,
+    judge_in_orders,
     launch_errors,
     launch_failure,
-    returned_matrix,
     start_collect,
 )
 from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import bf16, tensor_gemm
-from grader.kernels.sgemm import driver_of, nan_hint, never_written
+from grader.kernels.sgemm import driver_of, nan_hint
 
 # (M, N, K): multiples of 8, none of the tiles (64 x 64, BK 32) but the first; one tile of K, and K past the ring.
 SHAPES = [(64, 64, 64), (8, 8, 8), (96, 80, 72), (200, 136, 40), (72, 200, 264)]
@@ -104,38 +102,11 @@ def collect_races(source: str, seed: int, ctx: Context) -> Outputs:
 
 
 def judge_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
-    meta, arrays = outputs
-    name = "tensor-gemm-races"
-    if meta.get("compile_error") is not None:
-        return does_not_compile(name, meta["compile_error"], seed)
     M, N, K = RACES_SHAPE
-    report = analysis.report_from(meta.get("report", {}))
-    failure = meta.get("failure")
-    problems = [f"normal thread order: {failure}"] if failure else []
-    races, oob = list(report.races), list(report.out_of_bounds)
-    if races:
-        problems.append(f"{len(races)} race(s) on shared memory, e.g.:\n  "
-                        + "\n  ".join(analysis.describe(r) for r in races[:SHOW]))
-    if oob and not failure:
-        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
-                        + "\n  ".join(analysis.describe(r) for r in oob[:SHOW]))
-    C0 = returned_matrix(arrays.get("out0"), (M, N))
-    if C0 is not None:
-        problems += analysis.order_problems(
-            C0, meta.get("orders", []), lambda s: returned_matrix(arrays.get(f"out{s}"), (M, N)), len(ORDER_SEEDS),
-            "C", "threads read a stage before its copy landed or after it was refilled: a wait on the wrong "
-            "mbarrier or parity, or a stage released before it was read?")
-        if never_written(C0).any():
-            problems.append(f"{int(never_written(C0).sum())} element(s) of C were never written: only a kernel that "
-                            "computes C is credited with being race-free")
-    elif not failure:
-        problems.append("the grading process returned no C")
-    shape = f"M={M} N={N} K={K}, random seed {seed}"
-    log = meta.get("log", "")
-    if problems:
-        return CheckResult.make(name, False, f"{shape}:\n" + "\n".join(problems), details={"seed": seed}, output=log)
-    return CheckResult.make(name, True, f"{shape}: no races, no out-of-bounds accesses, the same C in "
-                            f"{len(ORDER_SEEDS) + 1} thread orders", details={"seed": seed}, output=log)
+    return judge_in_orders(
+        "tensor-gemm-races", seed, *outputs, f"M={M} N={N} K={K}", (M, N), "C", "race(s) on shared memory, e.g.",
+        "threads read a stage before its copy landed or after it was refilled: a wait on the wrong mbarrier or "
+        "parity, or a stage released before it was read?", "computes C", SHOW)
 
 
 CHECKS = (Check("tensor-gemm-correctness", collect_correctness, judge_correctness, timeout=300),

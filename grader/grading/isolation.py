@@ -141,12 +141,16 @@ def trusted_builds() -> dict:
 def seed_cache(folder: str) -> None:
     """Start `folder`, the emulator cache of a process that runs student code (a notebook's kernel at
     autograde time), with this process's runtime library and baseline builds, which it would otherwise
-    build again; never with the references' builds (those are answers)."""
-    trusted_builds()
+    build again; never with the references' builds (those are answers). Where they cannot be built here, the
+    folder starts empty (that process meets the same failure itself, in its own output)."""
     os.makedirs(folder, exist_ok=True)
-    for path in build.trusted_files():
-        if path.exists():
-            shutil.copy2(path, folder)
+    try:
+        trusted_builds()
+        for path in build.trusted_files():
+            if path.exists():
+                shutil.copy2(path, folder)
+    except (build.BuildError, OSError):
+        pass
 
 
 # ---- the parent's side ----------------------------------------------------------------------

@@ -216,8 +216,9 @@ def test_the_reference_is_built_once_for_every_process(tmp_path):
 
 
 def test_a_notebook_kernel_starts_from_the_graders_runtime_and_baseline_builds(tmp_path):
-    """The emulator cache a notebook's kernel gets at autograde time holds the grader's runtime library and
-    baseline builds, which that kernel then loads as they are, and no reference solution's build."""
+    """The emulator cache a notebook's kernel gets at autograde time holds the grader's runtime library, its
+    precompiled header and baseline builds, which that kernel then uses as they are, and no reference
+    solution's build."""
     import os
     import subprocess
     import sys
@@ -225,13 +226,14 @@ def test_a_notebook_kernel_starts_from_the_graders_runtime_and_baseline_builds(t
     from grader.grading import isolation
     seeded = tmp_path / "kernel-cache"
     isolation.seed_cache(str(seeded))
-    before = {f.name: f.stat().st_mtime_ns for f in seeded.iterdir()}
-    assert sum(n.startswith("libcudaemu-") for n in before) == 2 and len(before) == 10, before
+    before = {str(f.relative_to(seeded)): f.stat().st_mtime_ns for f in seeded.rglob("*") if f.is_file()}
+    assert sum(n.startswith("libcudaemu-") for n in before) == 2 and len(before) == 12, before
+    assert sum(n.endswith("/cuda_emu.h.gch") for n in before) == 2, before
     env = {**os.environ, "GRADER_EMULATOR_CACHE": str(seeded)}
     p = subprocess.run([sys.executable, "-c", "from grader.grading import isolation; isolation.trusted_builds()"],
                        env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert {f.name: f.stat().st_mtime_ns for f in seeded.iterdir()} == before
+    assert {str(f.relative_to(seeded)): f.stat().st_mtime_ns for f in seeded.rglob("*") if f.is_file()} == before
 
 
 def test_check_writes_nothing_to_stderr_and_renders(capfd):

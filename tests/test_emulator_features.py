@@ -437,3 +437,19 @@ def test_runtime_library_exports_only_its_interface():
     interface = re.compile(r"(emu_|__emu_|__asan_|atomic\w+\(|(threadIdx|blockIdx|blockDim|gridDim)$)")
     assert "emu_launch" in names and "__emu_syncthreads" in names
     assert [n for n in names if not interface.match(n)] == []
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the emulator's builds")
+@pytest.mark.parametrize("kind", ["runs", "analysed"])
+def test_builds_start_from_the_precompiled_runtime_header(kind, tmp_path):
+    """A build of either kind finds cuda_emu.h precompiled for its flags, and the compiler takes it (g++ -H
+    marks a precompiled header it uses with "!", one it finds unfit with "x")."""
+    import subprocess
+
+    from grader.emulator import build
+    flags = build.HEADER_KINDS[kind]
+    (tmp_path / "unit.cpp").write_text(build._user_unit(build.policy.BASELINE_SOURCE, False))
+    p = subprocess.run([build.cxx(), "-H", "-fsyntax-only", *build._header_flags(flags),
+                        *build._flags(flags, [], []), "unit.cpp"], cwd=tmp_path, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.splitlines()[0].startswith(f"! {build.precompiled_headers() / kind}/cuda_emu.h.gch"), p.stderr[:300]

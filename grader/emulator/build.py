@@ -230,6 +230,52 @@ def runtime_library() -> Path:
     return _private_copy(data, lib.name)
 
 
+# ---- the runtime's header, precompiled -------------------------------------------
+# Every build starts by parsing cuda_emu.h and the standard headers it includes, about half the compile
+# of a small kernel. A compile that finds cuda_emu.h.gch before cuda_emu.h on its include path uses it
+# where it matches the compile's options and macros, and reads the header itself where it does not.
+HEADER_KINDS = {"runs": ("-O2",), "analysed": ANALYSIS_FLAGS}
+
+
+def precompiled_headers() -> Path | None:
+    """The folder of cuda_emu.h precompiled for each kind of build (HEADER_KINDS), in the cache: the one
+    configured (config.configure(headers=...)) where there is one, else built here when missing, except in
+    a process handed its runtime (a grading process, which is handed its headers too or goes without)."""
+    given = config.prebuilt_headers()
+    if given is not None:
+        return Path(given)
+    if config.prebuilt_runtime() is not None:
+        return None
+    headers = b"".join((RUNTIME_DIR / f).read_bytes() for f in RUNTIME_HEADERS) + b"".join(
+        p.read_bytes() for d in (STUB_INCLUDE_DIR, PYCUDA_INCLUDE_DIR) for p in sorted(d.iterdir()))
+    folder = cache_dir() / f"headers-{_digest(headers, HEADER_KINDS, _compiler_id(cxx()))}"
+    for kind, extra_flags in HEADER_KINDS.items():
+        if not (folder / kind / "cuda_emu.h.gch").exists():
+            _precompile(folder / kind, extra_flags)
+    return folder
+
+
+def _precompile(folder: Path, extra_flags) -> None:
+    """cuda_emu.h.gch in `folder`, compiled with the flags of a build without options (none where
+    that fails: the builds then read the header)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        out = Path(tmp, "cuda_emu.h.gch")
+        proc = _run([cxx(), "-x", "c++-header", *_flags(extra_flags, [], []), str(RUNTIME_DIR / "cuda_emu.h"),
+                     "-o", str(out)], tmp)
+        if proc.returncode == 0:
+            os.replace(out, folder / out.name)
+
+
+def _header_flags(extra_flags) -> list[str]:
+    """The include flag that puts the precompiled runtime header for these flags first, where there is one
+    this process can read."""
+    folder = precompiled_headers()
+    kind = next(k for k, flags in HEADER_KINDS.items() if flags == tuple(extra_flags))
+    pch = folder / kind / "cuda_emu.h.gch" if folder else None
+    return [f"-I{pch.parent}"] if pch and os.access(pch, os.R_OK) else []
+
+
 # ---- from user source to a translation unit ---------------------------------
 
 _EXTERN_SHARED = re.compile(r"extern\s+__shared__\s+(?P<decl>[^;\[\]]*?)\s*(?P<name>\w+)\s*\[\s*\]\s*;")
@@ -507,11 +553,14 @@ def _module_key(source: str, options: list[str], include_dirs: list[str], no_ext
 
 def trusted_files() -> list[Path]:
     """The cache's files of the builds every process makes first, built here when missing: the runtime
-    library and the baseline kernel's builds (public code, no answer), for a fresh cache to start from."""
+    library, its precompiled header and the baseline kernel's builds (public code, no answer), for a fresh
+    cache to start from."""
     baseline_imports()
+    headers = precompiled_headers()
     names = [f"libcudaemu-{_runtime_key()}"] + [f"kernel-{_module_key(policy.BASELINE_SOURCE, [], [], *kind)}"
                                                  for kind in BASELINE_KINDS]
-    return [cache_dir() / f"{name}{suffix}" for name in names for suffix in (".so", ".json")]
+    return ([cache_dir() / f"{name}{suffix}" for name in names for suffix in (".so", ".json")] +
+            (sorted(headers.glob("*/cuda_emu.h.gch")) if headers else []))
 
 
 def _build_module(source: str, options: list[str], include_dirs: list[str], no_extern_c: bool,
@@ -545,7 +594,8 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
             Path(tmp, "unit.cpp").write_text(_user_unit(source, no_extern_c) +
                                              registration_code(decl) +
                                              _key_definition(key, "__emu_build_key"))
-            cmd = [cxx(), "-shared", *flags, *MODULE_LINK_FLAGS, "unit.cpp", "-o", "kernel.so"]
+            cmd = [cxx(), "-shared", *_header_flags(extra_flags), *flags, *MODULE_LINK_FLAGS, "unit.cpp", "-o",
+                   "kernel.so"]
             host = _run(cmd, tmp)
         nvcc_proc = nvcc_job.result() if nvcc_job else None
 

@@ -18,20 +18,23 @@ _settings = {
     "memory": None,
     "runtime": None,
     "baselines": None,
+    "headers": None,
     "launch_seconds": 0.0,
 }
 
 
 def configure(cache_dir: Path | None = None, nvcc: bool = True, launch_timeout: float = 60.0,
               device_memory: int | None = None, runtime: tuple[str, str] | None = None,
-              baselines: list[list[str]] | None = None) -> None:
+              baselines: list[list[str]] | None = None, headers: str | None = None) -> None:
     """Where builds are cached (default ~/.cache/grader-emulator), whether nvcc also compiles
     each source where it is installed, seconds one launch may run, bytes of device memory
     (default: the H200's, or the host's where that is less), a runtime library already
-    built elsewhere: (its path, its SHA-256), loaded only when its bytes have that hash, and
-    the source policy's baseline imports found elsewhere (build.baseline_imports())."""
+    built elsewhere: (its path, its SHA-256), loaded only when its bytes have that hash,
+    the source policy's baseline imports found elsewhere (build.baseline_imports()), and
+    the runtime's header precompiled elsewhere (build.precompiled_headers())."""
     _settings.update(cache=None if cache_dir is None else Path(cache_dir), nvcc=bool(nvcc),
-                     timeout=float(launch_timeout), memory=device_memory, runtime=runtime, baselines=baselines)
+                     timeout=float(launch_timeout), memory=device_memory, runtime=runtime, baselines=baselines,
+                     headers=headers)
 
 
 def prebuilt_runtime() -> tuple[str, str] | None:
@@ -40,6 +43,10 @@ def prebuilt_runtime() -> tuple[str, str] | None:
 
 def prebuilt_baselines() -> list[list[str]] | None:
     return _settings["baselines"]
+
+
+def prebuilt_headers() -> str | None:
+    return _settings["headers"]
 
 
 def cache_dir() -> Path:

@@ -127,14 +127,16 @@ _trusted: dict | None = None
 
 def trusted_builds() -> dict:
     """What this process builds (or verifies) for its grading processes: the emulator's runtime library,
-    "runtime": (path, SHA-256), and "baselines": the imports of a trusted kernel's builds
-    (grader.emulator.build.baseline_imports), kept in the emulator's cache between processes."""
+    "runtime": (path, SHA-256), "baselines": the imports of a trusted kernel's builds
+    (grader.emulator.build.baseline_imports) and "headers": the folder of the runtime's precompiled header
+    (read only there), kept in the emulator's cache between processes."""
     global _trusted
     if _trusted is None:
         settings.current()
         path = build.runtime_library()
+        headers = build.precompiled_headers()
         _trusted = {"runtime": (str(path), hashlib.sha256(path.read_bytes()).hexdigest()),
-                    "baselines": build.baseline_imports()}
+                    "baselines": build.baseline_imports(), "headers": headers and str(headers)}
     return _trusted
 
 
@@ -147,8 +149,10 @@ def seed_cache(folder: str) -> None:
     try:
         trusted_builds()
         for path in build.trusted_files():
-            if path.exists():
-                shutil.copy2(path, folder)
+            if path.exists() and path.is_relative_to(build.cache_dir()):
+                dest = os.path.join(folder, path.relative_to(build.cache_dir()))
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                shutil.copy2(path, dest)
     except (build.BuildError, OSError):
         pass
 
@@ -265,7 +269,7 @@ def _collect_held(name: str, spec, exercise: str, submission: str, seed: int, jo
         writable = [tmp, job_settings.emulator_cache]
         if job_settings.backend == "gpu" and lock.mode is None:
             writable.append(str(timing.lock_dir()))     # it takes the GPU's lock around its timed runs itself
-        readable = [job["runtime"][0]] + ([job_settings.thresholds] if job_settings.thresholds else [])
+        readable = [job["runtime"][0]] + [p for p in (job["headers"], job_settings.thresholds) if p]
         command = sandbox.wrap(child_command(), writable, tmp, hidden=sandbox.hidden_from_grading() + list(lock.hidden),
                                gpu=job_settings.backend == "gpu", readable=readable)
         chunks: list[bytes] = []
@@ -403,7 +407,7 @@ def child(job: dict) -> int:
     warnings.simplefilter("ignore")
     pipe = os.fdopen(job["result_fd"], "wb")
     job_settings = settings.use(Settings.from_dict(job["settings"]), runtime=tuple(job["runtime"]),
-                                baselines=job["baselines"])
+                                baselines=job["baselines"], headers=job["headers"])
     _apply_limits(job["cpu_seconds"], gpu=job_settings.backend == "gpu")
     for sub in COMPILER_CACHES.values():     # made here: a folder the grader made would not be the sandbox's to write
         os.makedirs(os.path.join(job_settings.emulator_cache, sub), exist_ok=True)

@@ -67,12 +67,12 @@ class Settings:
         return replace(self, **changes)
 
     def configure_emulator(self, runtime: tuple[str, str] | None = None,
-                           baselines: list[list[str]] | None = None) -> None:
-        """Hand the emulator its settings (it reads no environment itself); `runtime` and `baselines`:
-        what a trusted process built, grader.grading.isolation.trusted_builds()."""
+                           baselines: list[list[str]] | None = None, headers: str | None = None) -> None:
+        """Hand the emulator its settings (it reads no environment itself); `runtime`, `baselines` and
+        `headers`: what a trusted process built, grader.grading.isolation.trusted_builds()."""
         emulator.configure(cache_dir=Path(self.emulator_cache), nvcc=self.emulator_nvcc,
                            launch_timeout=self.emulator_timeout, device_memory=self.emulator_memory,
-                           runtime=runtime, baselines=baselines)
+                           runtime=runtime, baselines=baselines, headers=headers)
 
 
 def _flag(value: str, name: str) -> bool:
@@ -111,11 +111,11 @@ def current() -> Settings:
 
 
 def use(settings: Settings, runtime: tuple[str, str] | None = None,
-        baselines: list[list[str]] | None = None) -> Settings:
+        baselines: list[list[str]] | None = None, headers: str | None = None) -> Settings:
     """Make `settings` this process's (a grading process: those of its job), and hand the emulator its part."""
     global _current
     _current = settings
-    settings.configure_emulator(runtime, baselines)
+    settings.configure_emulator(runtime, baselines, headers)
     return settings
 
 

@@ -192,6 +192,35 @@ def test_a_process_handed_the_baseline_builds_none_of_its_own(untrusted, grader_
     assert policy.BASELINE_SOURCE not in built and len(built) == 2
 
 
+def test_a_later_process_on_the_same_cache_reads_the_verdict_instead_of_preprocessing(grader_settings, tmp_path,
+                                                                                       monkeypatch):
+    """A submission's checks run in processes of their own on one cache: the first keeps the policy's verdict
+    there, the later ones read it (no preprocessor run), and a record that is not the verdict of that source
+    is decided again."""
+    def new_process():
+        monkeypatch.setattr(build, "_verdicts", {})
+        monkeypatch.setattr(build, "_scans", {})
+
+    grader_settings(emulator_cache=str(tmp_path))
+    refused, accepted = "__global__ void k() { asm(\"nop\"); }\n", KERNEL
+    new_process()
+    first = {s: build.refusals(s) for s in (refused, accepted)}
+    assert [f.kind for f in first[refused]] == ["asm"] and first[accepted] == []
+    files = {s: tmp_path / f"verdict-{build._source_key(s, [], False)}.json" for s in (refused, accepted)}
+    assert all(f.exists() for f in files.values())
+
+    new_process()
+    with monkeypatch.context() as m:
+        m.setattr(build, "_Started", lambda *a, **k: pytest.fail("the preprocessor ran again"))
+        assert {s: build.refusals(s) for s in (refused, accepted)} == first
+    key = build._source_key(accepted, [], False)
+    assert list(build._scans) == [key] and "void k(float* p)" in build._scans[key]      # the builds' scan
+
+    files[refused].write_text(files[accepted].read_text())          # the accepted verdict, copied over
+    new_process()
+    assert [f.kind for f in build.refusals(refused)] == ["asm"]
+
+
 @emulator_only
 def test_a_refusal_reaches_pycuda_with_its_kinds(cuda, source_module, untrusted):
     with pytest.raises(cuda.CompileError) as e:

@@ -230,6 +230,22 @@ def runtime_library() -> Path:
     return _private_copy(data, lib.name)
 
 
+def _header_bytes() -> bytes:
+    """The runtime's headers and the course's: what every build and every verdict of the policy reads."""
+    return _read_headers(RUNTIME_DIR, STUB_INCLUDE_DIR, PYCUDA_INCLUDE_DIR)
+
+
+@functools.lru_cache(maxsize=None)
+def _read_headers(runtime: Path, *folders: Path) -> bytes:
+    return b"".join((runtime / f).read_bytes() for f in RUNTIME_HEADERS) + b"".join(
+        p.read_bytes() for d in folders for p in sorted(d.iterdir()))
+
+
+@functools.lru_cache(maxsize=None)
+def _policy_bytes() -> bytes:
+    return Path(policy.__file__).read_bytes()
+
+
 # ---- the runtime's header, precompiled -------------------------------------------
 # Every build starts by parsing cuda_emu.h and the standard headers it includes, about half the compile
 # of a small kernel. A compile that finds cuda_emu.h.gch before cuda_emu.h on its include path uses it
@@ -246,9 +262,7 @@ def precompiled_headers() -> Path | None:
         return Path(given)
     if config.prebuilt_runtime() is not None:
         return None
-    headers = b"".join((RUNTIME_DIR / f).read_bytes() for f in RUNTIME_HEADERS) + b"".join(
-        p.read_bytes() for d in (STUB_INCLUDE_DIR, PYCUDA_INCLUDE_DIR) for p in sorted(d.iterdir()))
-    folder = cache_dir() / f"headers-{_digest(headers, HEADER_KINDS, _compiler_id(cxx()))}"
+    folder = cache_dir() / f"headers-{_digest(_header_bytes(), HEADER_KINDS, _compiler_id(cxx()))}"
     for kind, extra_flags in HEADER_KINDS.items():
         if not (folder / kind / "cuda_emu.h.gch").exists():
             _precompile(folder / kind, extra_flags)
@@ -471,25 +485,49 @@ def refusals(source: str, options: list[str] | None = None, no_extern_c: bool = 
     """Why the policy refuses `source` (grader.emulator.policy), from the build's
     preprocessor run over the build's unit, in a folder laid out as the build's:
     as the grader reads it (EMU_SCAN), as the build that runs compiles it and as
-    the analysis build does. Remembered for the process's later builds."""
+    the analysis build does. Remembered for the process's later builds, and kept in
+    the cache beside the builds for the later processes that use that cache (a
+    submission's other checks): whoever could rewrite it there could rewrite the builds."""
     options = [str(o) for o in (options or [])]
     key = _source_key(source, options, no_extern_c)
     if key not in _verdicts:
-        views = {"marked": ("-O2", "-DEMU_SCAN"), "runs": ("-O2",), "analysed": ANALYSIS_FLAGS}
-        with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp:
-            _write_sources(tmp, source, no_extern_c)
-            jobs = {name: _Started([cxx(), "-E", "-H", *_flags(extra, options, []), "unit.cpp"], tmp)
-                    for name, extra in views.items()}
-            runs = {name: job.result() for name, job in jobs.items()}
-            read = {name: policy.read_view(p.stdout, p.stderr, p.returncode == 0, tmp) for name, p in runs.items()}
-        _verdicts[key] = policy.refusals(source, own_headers=STUB_INCLUDE_DIR, **read)
-        if not _verdicts[key]:
-            _scans[key] = _user_part(runs["marked"].stdout)
+        kept = _kept_verdict(key)
+        if kept is None:
+            views = {"marked": ("-O2", "-DEMU_SCAN"), "runs": ("-O2",), "analysed": ANALYSIS_FLAGS}
+            with tempfile.TemporaryDirectory(prefix="emu-build-") as tmp:
+                _write_sources(tmp, source, no_extern_c)
+                jobs = {name: _Started([cxx(), "-E", "-H", *_flags(extra, options, []), "unit.cpp"], tmp)
+                        for name, extra in views.items()}
+                runs = {name: job.result() for name, job in jobs.items()}
+                read = {name: policy.read_view(p.stdout, p.stderr, p.returncode == 0, tmp) for name, p in runs.items()}
+            findings = policy.refusals(source, own_headers=STUB_INCLUDE_DIR, **read)
+            kept = findings, None if findings else _user_part(runs["marked"].stdout)
+            _atomic_write(cache_dir() / f"verdict-{key}.json", json.dumps(
+                {"key": key, "findings": [[f.kind, f.line, f.text] for f in kept[0]], "scan": kept[1]}).encode())
+        _verdicts[key] = kept[0]
+        if kept[1] is not None:
+            _scans[key] = kept[1]
     return _verdicts[key]
 
 
+def _kept_verdict(key: str) -> tuple[list[policy.Finding], str | None] | None:
+    """(findings, the marked view's user part) from the cache's record of the policy's verdict, if any."""
+    try:
+        data = json.loads((cache_dir() / f"verdict-{key}.json").read_text())
+        findings = [policy.Finding(str(kind), line if isinstance(line, int) else None, str(text))
+                    for kind, line, text in data["findings"]]
+        scan = data["scan"]
+        if data["key"] != key or (scan is None) != bool(findings) or not (scan is None or isinstance(scan, str)):
+            return None
+        return findings, scan
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
 def _source_key(source: str, options: list[str], no_extern_c: bool) -> str:
-    return _digest(source, options, no_extern_c, _compiler_id(cxx()))
+    """The key of the policy's verdict on a source: the source, its options, the compiler and what the
+    verdict is read with (the policy, the runtime's and the course's headers)."""
+    return _digest(source, options, no_extern_c, _compiler_id(cxx()), _policy_bytes(), _header_bytes())
 
 
 # ---- the build ---------------------------------------------------------------
@@ -546,9 +584,9 @@ def _baseline_imports(no_extern_c: bool, analysis: bool) -> frozenset:
 
 def _module_key(source: str, options: list[str], include_dirs: list[str], no_extern_c: bool, analysis: bool) -> str:
     tool = None if analysis else nvcc()
-    headers = b"".join(p.read_bytes() for d in (STUB_INCLUDE_DIR, PYCUDA_INCLUDE_DIR) for p in sorted(d.iterdir()))
     return _digest(source, options, include_dirs, no_extern_c, ANALYSIS_FLAGS if analysis else ("-O2",),
-                   MODULE_LINK_FLAGS, headers, runtime_library().name, _compiler_id(cxx()), tool and _compiler_id(tool))
+                   MODULE_LINK_FLAGS, _header_bytes(), runtime_library().name, _compiler_id(cxx()),
+                   tool and _compiler_id(tool))
 
 
 def trusted_files() -> list[Path]:

@@ -453,3 +453,14 @@ def test_builds_start_from_the_precompiled_runtime_header(kind, tmp_path):
                         *build._flags(flags, [], []), "unit.cpp"], cwd=tmp_path, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stderr.splitlines()[0].startswith(f"! {build.precompiled_headers() / kind}/cuda_emu.h.gch"), p.stderr[:300]
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the emulator's builds")
+def test_a_cache_without_room_for_the_precompiled_header_builds_from_the_header(grader_settings, tmp_path):
+    """Where the precompiled header cannot be made (here its folder's name is taken by a file; elsewhere, a
+    cache this process may only read), a build reads the header itself, and nothing fails."""
+    from grader.emulator import build
+    name = build.precompiled_headers().name
+    (tmp_path / name).write_text("not a folder")
+    grader_settings(emulator_cache=str(tmp_path))
+    assert [build._header_flags(flags) for flags in build.HEADER_KINDS.values()] == [[], []]

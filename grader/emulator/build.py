@@ -14,6 +14,7 @@ writes into the shared cache is ever loaded by a grading process."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import hashlib
 import json
@@ -264,21 +265,24 @@ def precompiled_headers() -> Path | None:
         return None
     folder = cache_dir() / f"headers-{_digest(_header_bytes(), HEADER_KINDS, _compiler_id(cxx()))}"
     for kind, extra_flags in HEADER_KINDS.items():
-        if not (folder / kind / "cuda_emu.h.gch").exists():
+        if not os.path.exists(folder / kind / "cuda_emu.h.gch"):
             _precompile(folder / kind, extra_flags)
     return folder
 
 
 def _precompile(folder: Path, extra_flags) -> None:
-    """cuda_emu.h.gch in `folder`, compiled with the flags of a build without options (none where
-    that fails: the builds then read the header)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
-        out = Path(tmp, "cuda_emu.h.gch")
-        proc = _run([cxx(), "-x", "c++-header", *_flags(extra_flags, [], []), str(RUNTIME_DIR / "cuda_emu.h"),
-                     "-o", str(out)], tmp)
-        if proc.returncode == 0:
-            os.replace(out, folder / out.name)
+    """cuda_emu.h.gch in `folder`, compiled with the flags of a build without options (none where that
+    fails, or where this process cannot write the cache: the builds then read the header)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            out = Path(tmp, "cuda_emu.h.gch")
+            proc = _run([cxx(), "-x", "c++-header", *_flags(extra_flags, [], []), str(RUNTIME_DIR / "cuda_emu.h"),
+                         "-o", str(out)], tmp)
+            if proc.returncode == 0:
+                os.replace(out, folder / out.name)
+    except OSError:
+        pass
 
 
 def _header_flags(extra_flags) -> list[str]:
@@ -502,8 +506,9 @@ def refusals(source: str, options: list[str] | None = None, no_extern_c: bool = 
                 read = {name: policy.read_view(p.stdout, p.stderr, p.returncode == 0, tmp) for name, p in runs.items()}
             findings = policy.refusals(source, own_headers=STUB_INCLUDE_DIR, **read)
             kept = findings, None if findings else _user_part(runs["marked"].stdout)
-            _atomic_write(cache_dir() / f"verdict-{key}.json", json.dumps(
-                {"key": key, "findings": [[f.kind, f.line, f.text] for f in kept[0]], "scan": kept[1]}).encode())
+            with contextlib.suppress(OSError):      # a cache this process cannot write: the next decides again
+                _atomic_write(cache_dir() / f"verdict-{key}.json", json.dumps(
+                    {"key": key, "findings": [[f.kind, f.line, f.text] for f in kept[0]], "scan": kept[1]}).encode())
         _verdicts[key] = kept[0]
         if kept[1] is not None:
             _scans[key] = kept[1]

@@ -41,6 +41,14 @@ REPO = Path(__file__).resolve().parent.parent
 COURSE_ID = "sgemm-lab"
 
 
+def failed_run(p) -> str:
+    """What to show of a command that failed: its first traceback (nbgrader logs one long before its last
+    line says which submission failed), then the end of its output."""
+    out = p.stdout + p.stderr
+    start = out.find("Traceback")
+    return (out[start:start + 4000] + "\n...\n" if start >= 0 else "") + out[-2000:]
+
+
 def grade_id(cell) -> str | None:
     return cell.metadata.get("nbgrader", {}).get("grade_id")
 

@@ -33,6 +33,7 @@ from nbgrader_course import (  # noqa: E402
     REPO,
     autograded_notebook,
     cell_scores,
+    failed_run,
     generate_assignment,
     gradebook,
     load_config,
@@ -143,7 +144,7 @@ def serial_root(tmp_path_factory):
     """The class graded by one `nbgrader autograde` run, as root (or as whoever runs the tests)."""
     course = make_class(tmp_path_factory.mktemp("serial-root") / "course")
     p = run_grader("root", course, [sys.executable, "-m", "nbgrader", "autograde", LAB, "--force"], course)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.returncode == 0, failed_run(p)
     return course, p.stdout + p.stderr
 
 
@@ -159,7 +160,7 @@ def test_attacks_score_what_they_deserve(how, user, tmp_path, serial_root):
         else:
             command, cwd = [sys.executable, "-m", "grader", "autograde", str(course), LAB, "--workers", "2"], REPO
         p = run_grader(user, course, command, cwd)
-        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        assert p.returncode == 0, failed_run(p)
         log = p.stdout + p.stderr
     assert_deserved(course)
     for student in ("b-cell-attack", "c-host-attack"):

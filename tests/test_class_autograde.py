@@ -31,6 +31,7 @@ pytest.importorskip("nbgrader")
 
 from nbgrader_course import (  # noqa: E402
     REPO,
+    failed_run,
     generate_assignment,
     gradebook,
     load_config,
@@ -145,7 +146,7 @@ def classes(tmp_path_factory):
     p = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", LAB, "--force"], cwd=serial, env=_env(),
                        capture_output=True, text=True, timeout=1800)
     print(f"serial nbgrader autograde of {len(CLASS)} submissions: {time.monotonic() - start:.0f} s")
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.returncode == 0, failed_run(p)
     return pristine, serial
 
 

@@ -379,6 +379,34 @@ def test_a_tensor_map_the_driver_would_refuse_says_why(shape, box, dtype, says):
     assert says in str(e.value), str(e.value)
 
 
+def test_on_a_gpu_the_kernel_gets_the_address_of_the_drivers_map_kept_in_device_memory(monkeypatch):
+    import sys
+    import types
+
+    from grader.kernels import tensor_map
+    freed, copies = [], []
+
+    class Copy:
+        def __init__(self, data):
+            self.data, self.address = bytes(data), 4096 * (len(copies) + 1)
+            copies.append(self)
+
+        def __int__(self):
+            return self.address
+
+        def free(self):
+            freed.append(self.address)
+
+    driver = types.SimpleNamespace(to_device=Copy)
+    monkeypatch.setitem(sys.modules, "pycuda", types.SimpleNamespace(driver=driver))
+    monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
+    monkeypatch.setattr(tensor_map, "_on_device", type(tensor_map._on_device)())
+    monkeypatch.setattr(tensor_map, "KEPT_ON_DEVICE", 2)
+    handles = [tensor_map._kept_on_device(bytes([i]) * 128) for i in (1, 2, 1, 3)]
+    assert handles == [4096, 8192, 4096, 12288] and [c.data[0] for c in copies] == [1, 2, 3]
+    assert freed == [8192]                  # the least recently made map, not the one just used again
+
+
 @pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the wait never ends")
 def test_a_copy_larger_than_announced_is_a_deadlock_that_says_so(cuda, source_module):
     kernel = _ring(source_module, **{"TILE * 4);": "TILE * 2);"})      # half the tile's bytes announced

@@ -90,6 +90,17 @@ def test_the_reference_passes_every_check():
         assert r.passed, r.text()
 
 
+def test_an_emulated_kernel_gets_the_emulators_tensor_map_where_the_backend_is_the_gpu(monkeypatch):
+    # the races check runs on the emulator on GPU machines too: the driver's map would mean nothing there
+    from grader.grading.registry import run_here
+    from grader.kernels import tensor_map
+    from grader.platform import backend
+    monkeypatch.setattr(tensor_map.backend, "current", lambda: backend.Backend("gpu", "a GPU, as on a GPU machine"))
+    monkeypatch.setattr(tensor_map, "_encode_on_gpu", lambda *a: pytest.fail("the driver's tensor map was made"))
+    r = run_here("warp-specialized", "tensor-gemm-races", SOURCE, 1)
+    assert r.passed, r.text()
+
+
 def test_the_shapes_are_multiples_of_8_and_mostly_not_of_the_tiles():
     from grader.grading.checks import tensor_cores
     assert all(n % 8 == 0 for shape in tensor_cores.SHAPES for n in shape)

@@ -62,10 +62,14 @@ def allow_shared(function, shared: int) -> None:
         function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(shared))
 
 
+def emulated(function) -> bool:
+    """Whether a compiled kernel is the emulator's (the analysis runs those on GPU machines too)."""
+    return type(function).__module__.startswith("grader.emulator")
+
+
 def driver_of(function):
-    """The driver module a compiled kernel belongs to: the emulator's when it
-    is an emulated kernel (the analysis runs those on GPU machines too)."""
-    if type(function).__module__.startswith("grader.emulator"):
+    """The driver module a compiled kernel belongs to: the emulator's for an emulated kernel."""
+    if emulated(function):
         return driver
     import pycuda.driver
     return pycuda.driver

@@ -40,10 +40,12 @@ def run_guarded(function, A: np.ndarray, B: np.ndarray, guard: int, guard_bits: 
     (M, K), N = A.shape, B.shape[1]
     a, b = drv.to_device(np.ascontiguousarray(A)), drv.to_device(np.ascontiguousarray(B))
 
+    on_emulator = sgemm.emulated(function)
+
     def launch_at(c: int) -> None:
         lc = launch(M, N)
-        function(tensor_map_2d(int(a), A.shape, (BM, BK), np.uint16, bfloat16=True),
-                 tensor_map_2d(int(b), B.shape, (BK, BN), np.uint16, bfloat16=True),
+        function(tensor_map_2d(int(a), A.shape, (BM, BK), np.uint16, bfloat16=True, on_emulator=on_emulator),
+                 tensor_map_2d(int(b), B.shape, (BK, BN), np.uint16, bfloat16=True, on_emulator=on_emulator),
                  np.uintp(c), np.int32(M), np.int32(N), np.int32(K), grid=lc.grid[:2], block=lc.block)
 
     C, before, after = sgemm.run_guarded(drv, M * N, guard, guard_bits, launch_at, (a, b))

@@ -1,10 +1,13 @@
 """The tensor map a kernel's `tma_load_2d` (the course's Hopper header) reads: made on the host for a
-row-major matrix in device memory, passed to the kernel by value as its first parameter
-(`const __grid_constant__ TensorMap map`). On a GPU it is the driver's (cuTensorMapEncodeTiled), on the
-emulator the emulator's; the rules it must meet are the driver's, checked here with their reason."""
+row-major matrix in device memory, passed to the kernel by value (`const __grid_constant__ TensorMap map`).
+On the emulator it is the emulator's map. On a GPU it is the driver's (cuTensorMapEncodeTiled), copied into
+device memory, and the kernel receives its address: PyCUDA passes a kernel's arguments as one packed
+buffer, through which a 128-byte map does not reach the tensor copy intact. The rules a map must meet are
+the driver's, checked here with their reason."""
 from __future__ import annotations
 
 import ctypes
+from collections import OrderedDict
 
 import numpy as np
 
@@ -23,15 +26,19 @@ class TensorMapError(ValueError):
 
 
 SWIZZLES = {0: 0, 128: 3}        # bytes -> CUtensorMapSwizzle (none, 128B)
+KEPT_ON_DEVICE = 256             # the driver's maps kept in device memory, the least recently made freed first
+_on_device: OrderedDict = OrderedDict()
 
 
 def tensor_map_2d(address: int, shape: tuple[int, int], box: tuple[int, int], dtype,
-                  row_stride: int | None = None, bfloat16: bool = False, swizzle: int = 0) -> np.void:
+                  row_stride: int | None = None, bfloat16: bool = False, swizzle: int = 0,
+                  on_emulator: bool | None = None) -> np.void:
     """The tensor map of a row-major matrix of `shape` (rows, columns) of `dtype` at device `address` (an
     int(...) of a DeviceAllocation or GPUArray.gpudata), loaded in boxes of `box` (rows, columns) that
     land in shared memory row after row. Elements of a box outside the matrix land as zeros. With
     swizzle=128, box rows of 128 bytes land with their 16-byte chunks permuted: chunk c of row r at chunk
-    c ^ (r % 8), the layout wgmma reads without bank conflicts (the box at a multiple of 1024 bytes)."""
+    c ^ (r % 8), the layout wgmma reads without bank conflicts (the box at a multiple of 1024 bytes).
+    The map is the emulator's when on_emulator, else the driver's; by default, the backend's."""
     dtype = np.dtype(dtype)
     rows, cols = (int(n) for n in shape)
     box_rows, box_cols = (int(n) for n in box)
@@ -54,7 +61,7 @@ def tensor_map_2d(address: int, shape: tuple[int, int], box: tuple[int, int], dt
     if swizzle not in SWIZZLES or (swizzle and box_cols * dtype.itemsize != swizzle):
         raise TensorMapError(f"swizzle={swizzle}: 0, or 128 with box rows of 128 bytes "
                              f"({128 // dtype.itemsize} elements of {dtype})")
-    if backend.current().name == "emulator":
+    if backend.current().name == "emulator" if on_emulator is None else on_emulator:
         return emulated.encode_2d(int(address), dtype.itemsize, cols, rows, row_stride, box_cols, box_rows, swizzle)
     return _encode_on_gpu(int(address), BFLOAT16 if bfloat16 else _DATA_TYPES[dtype], rows, cols, row_stride,
                           box_rows, box_cols, SWIZZLES[swizzle])
@@ -62,7 +69,8 @@ def tensor_map_2d(address: int, shape: tuple[int, int], box: tuple[int, int], dt
 
 def _encode_on_gpu(address: int, data_type: int, rows: int, cols: int, row_stride: int, box_rows: int,
                    box_cols: int, swizzle: int) -> np.void:
-    """cuTensorMapEncodeTiled of the CUDA driver (libcuda), no interleave, L2 promotion or NaN fill."""
+    """cuTensorMapEncodeTiled of the CUDA driver (libcuda), no interleave, L2 promotion or NaN fill; the map
+    in device memory, the address of it returned (the header's TensorMap on a GPU)."""
     out = np.zeros(emulated.SIZE + 64, np.uint8)
     offset = (-out.ctypes.data) % 64                 # the driver wants the map 64-byte aligned
     u64, u32 = ctypes.c_uint64, ctypes.c_uint32
@@ -72,4 +80,18 @@ def _encode_on_gpu(address: int, data_type: int, rows: int, cols: int, row_strid
         ctypes.c_int(0), ctypes.c_int(swizzle), ctypes.c_int(0), ctypes.c_int(0))
     if status != 0:
         raise TensorMapError(f"the CUDA driver refused the tensor map (cuTensorMapEncodeTiled returned {status})")
-    return np.frombuffer(out[offset:offset + emulated.SIZE].tobytes(), np.dtype((np.void, emulated.SIZE)))[0]
+    return np.array([_kept_on_device(out[offset:offset + emulated.SIZE].tobytes())], np.uint64).view(
+        np.dtype((np.void, 8)))[0]
+
+
+def _kept_on_device(encoded: bytes) -> int:
+    """The device address of a copy of `encoded`, made once and kept while it is among the last
+    KEPT_ON_DEVICE maps made."""
+    import pycuda.driver as cuda  # a GPU machine's: PyCUDA is an optional dependency
+    if encoded in _on_device:
+        _on_device.move_to_end(encoded)
+    else:
+        _on_device[encoded] = cuda.to_device(np.frombuffer(encoded, np.uint8))
+        while len(_on_device) > KEPT_ON_DEVICE:
+            _on_device.popitem(last=False)[1].free()
+    return int(_on_device[encoded])

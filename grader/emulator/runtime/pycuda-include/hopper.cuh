@@ -5,8 +5,10 @@
 #include <cstdint>
 
 // A tensor map, made on the host (grader.kernels.tensor_map.tensor_map_2d) and passed by value:
-// const __grid_constant__ TensorMap map. The driver's CUtensorMap, by another name.
-struct TensorMap { alignas(64) unsigned long long opaque[16]; };
+// const __grid_constant__ TensorMap map. Here it holds the address of the driver's CUtensorMap in device
+// memory: PyCUDA passes a kernel's arguments as one packed buffer, and a 128-byte map passed that way does
+// not reach the tensor copy intact, so tensor_map_2d puts the map in device memory and passes its address.
+struct TensorMap { const void* global; };
 
 static __device__ __forceinline__ unsigned __hopper_smem(const void* p)
 {
@@ -71,8 +73,10 @@ static __device__ __forceinline__ void bulk_commit_group()
 // A box of the matrix `map` describes, at column x, row y, landing on `bar`; outside the matrix, zeros.
 static __device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, int x, int y, uint64_t* bar)
 {
+    // the host wrote the map: the tensor-map proxy must not use what it cached for that address before
+    asm volatile("fence.proxy.tensormap::generic.acquire.sys [%0], 128;" :: "l"(map->global) : "memory");
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3}], [%4];"
-                 :: "r"(__hopper_smem(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y),
+                 :: "r"(__hopper_smem(dst)), "l"(map->global), "r"(x), "r"(y),
                     "r"(__hopper_smem(bar)) : "memory");
 }

@@ -323,6 +323,19 @@ def test_template_kernel_without_extern_c(cuda, source_module):
     assert np.array_equal(v, 3 * np.arange(32))
 
 
+def test_a_kernel_with_cpp_linkage_is_found_by_its_mangled_name_only(cuda, source_module):
+    # PyCUDA on a GPU finds it so: the plain name passing here and failing there would mislead
+    mod = source_module("__global__ void twice(int* v) { v[threadIdx.x] *= 2; }", no_extern_c=True)
+    with pytest.raises(cuda.LogicError) as e:
+        mod.get_function("twice")
+    assert "named symbol not found" in str(e.value)
+    if ON_EMULATOR:
+        assert "symbol is '_Z5twicePi': declare it extern \"C\" __global__" in str(e.value), str(e.value)
+    v = np.arange(32, dtype=np.int32)
+    mod.get_function("_Z5twicePi")(cuda.InOut(v), block=(32, 1, 1))
+    assert np.array_equal(v, 2 * np.arange(32))
+
+
 def test_options_and_include_dirs(cuda, source_module, tmp_path):
     (tmp_path / "params.h").write_text("#define OFFSET 40\n")
     mod = source_module("""

@@ -19,7 +19,7 @@ GEMM = """#include <mma.h>
 using namespace nvcuda;
 
 // One warp per 16 x 16 tile of C = A B: A is M x K, B is K x N, row-major, every size a multiple of 16.
-__global__ void wmma_gemm(int M, int N, int K, const TYPE* A, const TYPE* B, float* C)
+extern "C" __global__ void wmma_gemm(int M, int N, int K, const TYPE* A, const TYPE* B, float* C)
 {
     const int tile_m = blockIdx.y * 16, tile_n = blockIdx.x * 16;
     wmma::fragment<wmma::matrix_a, 16, 16, 16, TYPE, wmma::row_major> a;
@@ -34,7 +34,7 @@ __global__ void wmma_gemm(int M, int N, int K, const TYPE* A, const TYPE* B, flo
     wmma::store_matrix_sync(C + tile_m * N + tile_n, c, N, wmma::mem_row_major);
 }
 
-__global__ void round_trip(const float* in, float* half_out, float* bf16_out, int n)
+extern "C" __global__ void round_trip(const float* in, float* half_out, float* bf16_out, int n)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {

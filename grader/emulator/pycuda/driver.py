@@ -489,6 +489,10 @@ class Module:
             known = ", ".join(sorted({k.name for k in self._loaded.kernels.values()})) or "none"
             raise LogicError(f"cuModuleGetFunction failed: named symbol not found: '{name}' "
                              f"(kernels in this module: {known})")
+        if name != kernel.symbol and name.isidentifier():      # a GPU finds a C++ kernel by its mangled name only
+            raise LogicError(f"cuModuleGetFunction failed: named symbol not found: '{name}' (the kernel has C++ "
+                             f"linkage, so its symbol is '{kernel.symbol}': declare it extern \"C\" __global__, "
+                             f"as SourceModule does for the whole source unless no_extern_c=True)")
         return Function(self._loaded, kernel, self)
 
     def get_global(self, name: str) -> tuple[int, int]:

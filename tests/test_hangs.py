@@ -142,3 +142,17 @@ def test_a_hanging_kernel_on_a_gpu_costs_seconds():
     assert not result.passed and result.details.get("did_not_finish"), result.message
     assert "ran past its budget on the GPU" in result.message, result.message
     assert elapsed < 60, elapsed
+
+
+@emulator_only
+def test_the_references_times_are_measured_once_for_every_later_process(monkeypatch):
+    """A class's autograde runs a process per submission: the reference is timed by the first, kept in the
+    references' cache, and read by the next (the same reference, grading code, runtime and device)."""
+    ex = isolation.registry.get("naive")
+    job = isolation.settings.current()
+    monkeypatch.setattr(isolation, "_budgets", {})
+    measured = isolation.reference_budgets(ex, False, job)
+    assert measured and all(seconds > 0 for seconds in measured.values()), measured
+    monkeypatch.setattr(isolation, "_budgets", {})               # a later process
+    monkeypatch.setattr(isolation, "_collect", lambda *a, **k: pytest.fail("the reference was timed again"))
+    assert isolation.reference_budgets(ex, False, job) == measured

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -197,8 +198,8 @@ _budgets: dict[tuple, dict] = {}
 
 
 def reference_budgets(ex, gpu: bool, job_settings: Settings) -> dict:
-    """The reference solution's seconds per launch-budget block of the exercise's checks, measured once
-    per process, every check in one grading process ({} where there is no reference or it failed)."""
+    """The reference solution's seconds per launch-budget block of the exercise's checks, every check in one
+    grading process, measured once for the references' cache ({} where there is no reference or it failed)."""
     key = (ex.id, gpu)
     if key not in _budgets:
         _budgets[key] = {}
@@ -209,11 +210,38 @@ def reference_budgets(ex, gpu: bool, job_settings: Settings) -> dict:
             reference = None
             _budgets[key] = shipped_budgets(gpu).get(ex.id, {})
         if reference is not None:
-            outcome = _collect(ex.id, None, reference, 0, job_settings.with_(emulator_cache=reference_cache()),
-                               {}, sum(c.timeout for c in timed), measure=True)
-            if not isinstance(outcome, CheckResult):
-                _budgets[key] = dict(outcome[0].get("_budgets") or {})
+            _budgets[key] = _measured_budgets(ex, reference, timed, gpu, job_settings)
     return _budgets[key]
+
+
+def _measured_budgets(ex, reference: str, timed: list, gpu: bool, job_settings: Settings) -> dict:
+    """The reference's times, measured in a grading process and kept in the references' cache, where the
+    next process that grades with the same reference, grading code, runtime and device reads them."""
+    identity = [ex.id, [c.name for c in timed], reference, _grading_code_digest(), trusted_builds()["runtime"][1],
+                backend.current().detail if gpu else "emulator"]
+    kept = Path(reference_cache(), f"budgets-{hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]}.json")
+    with contextlib.suppress(OSError, ValueError):
+        return dict(json.loads(kept.read_text()))
+    outcome = _collect(ex.id, None, reference, 0, job_settings.with_(emulator_cache=reference_cache()),
+                       {}, sum(c.timeout for c in timed), measure=True)
+    if isinstance(outcome, CheckResult):
+        return {}
+    budgets = dict(outcome[0].get("_budgets") or {})
+    with contextlib.suppress(OSError):          # best effort: the next process measures again
+        partial = kept.with_suffix(f".{os.getpid()}")
+        partial.write_text(json.dumps(budgets))
+        os.replace(partial, kept)
+    return budgets
+
+
+@functools.lru_cache(maxsize=1)
+def _grading_code_digest() -> str:
+    """What the launches a budget covers depend on: the checks' and the kernels' host code."""
+    digest = hashlib.sha256()
+    for folder in (Path(__file__).parent / "checks", Path(timing.__file__).parent):
+        for path in sorted(folder.glob("*.py")):
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 # PyCUDA's and CuPy's caches of compiled kernels, inside the build cache (the sandbox's to write).

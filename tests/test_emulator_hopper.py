@@ -404,7 +404,7 @@ def test_on_a_gpu_the_kernel_gets_the_address_of_the_drivers_map_kept_in_device_
     monkeypatch.setattr(tensor_map, "KEPT_ON_DEVICE", 2)
     handles = [tensor_map._kept_on_device(bytes([i]) * 128) for i in (1, 2, 1, 3)]
     assert handles == [4096, 8192, 4096, 12288] and [c.data[0] for c in copies] == [1, 2, 3]
-    assert freed == [8192]                  # the least recently made map, not the one just used again
+    assert freed == [8192]                  # the least recently used map, not the one used again
 
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the wait never ends")

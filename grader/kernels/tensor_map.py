@@ -26,7 +26,7 @@ class TensorMapError(ValueError):
 
 
 SWIZZLES = {0: 0, 128: 3}        # bytes -> CUtensorMapSwizzle (none, 128B)
-KEPT_ON_DEVICE = 256             # the driver's maps kept in device memory, the least recently made freed first
+KEPT_ON_DEVICE = 256             # the driver's maps kept in device memory, the least recently used freed first
 _on_device: OrderedDict = OrderedDict()
 
 
@@ -85,8 +85,8 @@ def _encode_on_gpu(address: int, data_type: int, rows: int, cols: int, row_strid
 
 
 def _kept_on_device(encoded: bytes) -> int:
-    """The device address of a copy of `encoded`, made once and kept while it is among the last
-    KEPT_ON_DEVICE maps made."""
+    """The device address of a copy of `encoded`, made once and kept while it is among the KEPT_ON_DEVICE
+    maps used last."""
     import pycuda.driver as cuda  # a GPU machine's: PyCUDA is an optional dependency
     if encoded in _on_device:
         _on_device.move_to_end(encoded)

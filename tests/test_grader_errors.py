@@ -5,6 +5,7 @@ student's: no points, a message that names the import and says it is not the stu
 exit status of its own."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -77,3 +78,23 @@ def test_a_sitecustomize_in_the_working_folder_is_not_imported(tmp_path, monkeyp
     assert str(tmp_path) not in interpreter.import_path()
     result = isolation.run_check("naive", "compiles", Path(NAIVE).read_text(), seed=1)
     assert result.passed, result.message
+
+
+def test_a_check_the_reference_solution_fails_here_too_is_the_graders_error(monkeypatch):
+    """On a machine where the course's own kernel fails a check (a driver, a GPU, a grader that breaks it),
+    a submission failing that check is not blamed: the reference's run, which times the launch budgets,
+    judges the reference too. A check the reference passes still fails the submission as usual."""
+    naive = Path(NAIVE).read_text()
+    unwritten = naive.replace("C[row * N + col] =", "if (false) C[row * N + col] =", 1)
+    assert unwritten != naive
+    get = isolation.registry.get
+    broken = dataclasses.replace(get("naive"), reference=lambda: unwritten)
+    monkeypatch.setattr(isolation.registry, "get", lambda name: broken if name == "naive" else get(name))
+    monkeypatch.setattr(isolation, "_budgets", {})
+    monkeypatch.setattr(isolation, "_reference_failed", {})
+    result = isolation.run_check("naive", "correctness", unwritten, seed=1)
+    assert isolation.reference_failed("naive", False) == ["correctness"], isolation._reference_failed
+    assert result.status == GRADER_ERROR and "reference solution fails this check" in result.message, result.text()
+    assert "never written" in result.output                 # what the submission got, for the instructor
+    races = isolation.run_check("naive", "races", unwritten.replace("C[row * N + col] =", "C[0] =", 1), seed=1)
+    assert races.status != GRADER_ERROR, races.text()

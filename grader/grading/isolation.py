@@ -177,6 +177,10 @@ def run_check(exercise: str, check: str, submission: str, seed: int | None = Non
         return outcome
     meta, arrays, output = outcome
     result = spec.judge((meta, arrays), seed, ctx)
+    if result.status == FAILED and spec.name in reference_failed(ex.id, gpu):
+        result = CheckResult.grader_error(spec.name, "the course's reference solution fails this check on this "
+                                          "machine too, so its failure says nothing of this submission",
+                                          output=result.text())
     attempts = attempted(result.message)
     if attempts:
         result.details["refused"] = attempts         # listed for the instructor by autograde and regrade
@@ -195,14 +199,16 @@ def attempted(message: str) -> list[str]:
 
 
 _budgets: dict[tuple, dict] = {}
+_reference_failed: dict[tuple, list] = {}
 
 
 def reference_budgets(ex, gpu: bool, job_settings: Settings) -> dict:
     """The reference solution's seconds per launch-budget block of the exercise's checks, every check in one
-    grading process, measured once for the references' cache ({} where there is no reference or it failed)."""
+    grading process, measured once for the references' cache ({} where there is no reference or it failed);
+    the checks the reference itself fails there in reference_failed()."""
     key = (ex.id, gpu)
     if key not in _budgets:
-        _budgets[key] = {}
+        _budgets[key], _reference_failed[key] = {}, []
         timed = [c for c in ex.checks if c.timed_on_reference]
         try:
             reference = ex.reference() if ex.reference is not None and timed else None
@@ -210,28 +216,36 @@ def reference_budgets(ex, gpu: bool, job_settings: Settings) -> dict:
             reference = None
             _budgets[key] = shipped_budgets(gpu).get(ex.id, {})
         if reference is not None:
-            _budgets[key] = _measured_budgets(ex, reference, timed, gpu, job_settings)
+            _budgets[key], _reference_failed[key] = _measured_budgets(ex, reference, timed, gpu, job_settings)
     return _budgets[key]
 
 
-def _measured_budgets(ex, reference: str, timed: list, gpu: bool, job_settings: Settings) -> dict:
-    """The reference's times, measured in a grading process and kept in the references' cache, where the
-    next process that grades with the same reference, grading code, runtime and device reads them."""
+def reference_failed(exercise: str, gpu: bool) -> list[str]:
+    """The checks the reference solution failed in its own run here (reference_budgets): on a GPU, a driver or
+    a grader that breaks the course's own kernel."""
+    return _reference_failed.get((exercise, gpu), [])
+
+
+def _measured_budgets(ex, reference: str, timed: list, gpu: bool, job_settings: Settings) -> tuple[dict, list]:
+    """The reference's times and the checks it failed, from a grading process, kept in the references' cache,
+    where the next process that grades with the same reference, grading code, runtime and device reads them."""
     identity = [ex.id, [c.name for c in timed], reference, _grading_code_digest(), trusted_builds()["runtime"][1],
                 backend.current().detail if gpu else "emulator"]
     kept = Path(reference_cache(), f"budgets-{hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]}.json")
-    with contextlib.suppress(OSError, ValueError):
-        return dict(json.loads(kept.read_text()))
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        record = json.loads(kept.read_text())
+        return dict(record["budgets"]), list(record["failed"])
     outcome = _collect(ex.id, None, reference, 0, job_settings.with_(emulator_cache=reference_cache()),
                        {}, sum(c.timeout for c in timed), measure=True)
     if isinstance(outcome, CheckResult):
-        return {}
-    budgets = dict(outcome[0].get("_budgets") or {})
+        return {}, []
+    meta = outcome[0]
+    record = {"budgets": dict(meta.get("_budgets") or {}), "failed": list(meta.get("_reference_failed") or [])}
     with contextlib.suppress(OSError):          # best effort: the next process measures again
         partial = kept.with_suffix(f".{os.getpid()}")
-        partial.write_text(json.dumps(budgets))
+        partial.write_text(json.dumps(record))
         os.replace(partial, kept)
-    return budgets
+    return record["budgets"], record["failed"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -453,10 +467,13 @@ def child(job: dict) -> int:
     arm_lock_down(not job["measure"])           # the reference's own run compiles check after check
     ctx = Context(ex.id, ex.stage, chosen.name == "gpu", job_settings, job["budgets"])
     try:
+        failed = []
         for check in checks:            # one check, or (timing the reference) every check that sets budgets
             meta, arrays = check.collect(job["submission"], int(job["seed"]), ctx)
-        payload = _outputs(dict(meta, _stopped=bool(emulator.stopped_launches()), _budgets=measured_budgets()),
-                           arrays)
+            if job["measure"] and check.judge((meta, arrays), int(job["seed"]), ctx).status == FAILED:
+                failed.append(check.name)           # the reference's own run: judged here, it is the course's code
+        payload = _outputs(dict(meta, _stopped=bool(emulator.stopped_launches()), _budgets=measured_budgets(),
+                                _reference_failed=failed), arrays)
     except Exception:       # the one broad except: no collect() should raise, so this is a bug in the grader
         payload = b"E" + traceback.format_exc()[-4000:].encode()
     pipe.write(payload)

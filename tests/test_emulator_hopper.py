@@ -397,14 +397,18 @@ def test_on_a_gpu_the_kernel_gets_the_address_of_the_drivers_map_kept_in_device_
         def free(self):
             freed.append(self.address)
 
-    driver = types.SimpleNamespace(to_device=Copy)
+    driver = types.SimpleNamespace(to_device=Copy, Error=RuntimeError)
+    context = [1]
     monkeypatch.setitem(sys.modules, "pycuda", types.SimpleNamespace(driver=driver))
     monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
+    monkeypatch.setattr(tensor_map, "_current_context", lambda: context[0])
     monkeypatch.setattr(tensor_map, "_on_device", type(tensor_map._on_device)())
     monkeypatch.setattr(tensor_map, "KEPT_ON_DEVICE", 2)
     handles = [tensor_map._kept_on_device(bytes([i]) * 128) for i in (1, 2, 1, 3)]
     assert handles == [4096, 8192, 4096, 12288] and [c.data[0] for c in copies] == [1, 2, 3]
     assert freed == [8192]                  # the least recently used map, not the one used again
+    context[0] = 2                          # a new context: the same map copied again, into it
+    assert tensor_map._kept_on_device(bytes([3]) * 128) == 16384 and freed == [8192, 4096]
 
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the wait never ends")

@@ -6,6 +6,7 @@ buffer, through which a 128-byte map does not reach the tensor copy intact. The 
 the driver's, checked here with their reason."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from collections import OrderedDict
 
@@ -85,13 +86,22 @@ def _encode_on_gpu(address: int, data_type: int, rows: int, cols: int, row_strid
 
 
 def _kept_on_device(encoded: bytes) -> int:
-    """The device address of a copy of `encoded`, made once and kept while it is among the KEPT_ON_DEVICE
-    maps used last."""
+    """The device address of a copy of `encoded` in the current context, made once and kept while it is
+    among the KEPT_ON_DEVICE maps used last."""
     import pycuda.driver as cuda  # a GPU machine's: PyCUDA is an optional dependency
-    if encoded in _on_device:
-        _on_device.move_to_end(encoded)
+    key = (_current_context(), encoded)
+    if key in _on_device:
+        _on_device.move_to_end(key)
     else:
-        _on_device[encoded] = cuda.to_device(np.frombuffer(encoded, np.uint8))
+        _on_device[key] = cuda.to_device(np.frombuffer(encoded, np.uint8))
         while len(_on_device) > KEPT_ON_DEVICE:
-            _on_device.popitem(last=False)[1].free()
-    return int(_on_device[encoded])
+            with contextlib.suppress(cuda.Error):       # a copy whose context is gone went with it
+                _on_device.popitem(last=False)[1].free()
+    return int(_on_device[key])
+
+
+def _current_context() -> int:
+    """The CUDA context current in this thread (a copy in one context is no address in another)."""
+    context = ctypes.c_void_p()
+    ctypes.CDLL("libcuda.so.1").cuCtxGetCurrent(ctypes.byref(context))
+    return context.value or 0

@@ -109,7 +109,8 @@ def _compiler_id(cmd: str) -> str:
         return cmd
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
+    """`data` at `path`, whole or not at all (written beside it, then renamed)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
@@ -226,8 +227,8 @@ def runtime_library() -> Path:
         if proc.returncode != 0:
             raise BuildError("the emulator runtime does not compile", proc.stderr, cmd)
         data = out.read_bytes()
-        _atomic_write(lib, data)
-        _atomic_write(meta, json.dumps({"key": key, "sha256": hashlib.sha256(data).hexdigest()}).encode())
+        atomic_write(lib, data)
+        atomic_write(meta, json.dumps({"key": key, "sha256": hashlib.sha256(data).hexdigest()}).encode())
     return _private_copy(data, lib.name)
 
 
@@ -273,7 +274,7 @@ def precompiled_headers() -> Path | None:
 def _precompile(folder: Path, extra_flags) -> None:
     """cuda_emu.h.gch in `folder`, compiled with the flags of a build without options (none where that
     fails, or where this process cannot write the cache: the builds then read the header)."""
-    try:
+    with contextlib.suppress(OSError):
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=folder) as tmp:
             out = Path(tmp, "cuda_emu.h.gch")
@@ -281,8 +282,6 @@ def _precompile(folder: Path, extra_flags) -> None:
                          "-o", str(out)], tmp)
             if proc.returncode == 0:
                 os.replace(out, folder / out.name)
-    except OSError:
-        pass
 
 
 def _header_flags(extra_flags) -> list[str]:
@@ -507,7 +506,7 @@ def refusals(source: str, options: list[str] | None = None, no_extern_c: bool = 
             findings = policy.refusals(source, own_headers=STUB_INCLUDE_DIR, **read)
             kept = findings, None if findings else _user_part(runs["marked"].stdout)
             with contextlib.suppress(OSError):      # a cache this process cannot write: the next decides again
-                _atomic_write(cache_dir() / f"verdict-{key}.json", json.dumps(
+                atomic_write(cache_dir() / f"verdict-{key}.json", json.dumps(
                     {"key": key, "findings": [[f.kind, f.line, f.text] for f in kept[0]], "scan": kept[1]}).encode())
         _verdicts[key] = kept[0]
         if kept[1] is not None:
@@ -654,9 +653,9 @@ def _build_module(source: str, options: list[str], include_dirs: list[str], no_e
                    else "the kernel does not compile")
             raise BuildError(why, host_log, (host or scan).args, emulator_only=nvcc_proc is not None)
         built = Path(tmp, "kernel.so").read_bytes()
-        _atomic_write(lib, built)
+        atomic_write(lib, built)
         resources = parse_ptxas(nvcc_log) if nvcc_proc else {}
-        _atomic_write(meta, json.dumps({
+        atomic_write(meta, json.dumps({
             "key": key, "sha256": hashlib.sha256(built).hexdigest(),
             "nvcc_log": nvcc_log, "nvcc_checked": nvcc_proc is not None, "nvcc_outside": nvcc_outside,
             "resources": {k: vars(v) for k, v in resources.items()},

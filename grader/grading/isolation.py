@@ -242,9 +242,7 @@ def _measured_budgets(ex, reference: str, timed: list, gpu: bool, job_settings: 
     meta = outcome[0]
     record = {"budgets": dict(meta.get("_budgets") or {}), "failed": list(meta.get("_reference_failed") or [])}
     with contextlib.suppress(OSError):          # best effort: the next process measures again
-        partial = kept.with_suffix(f".{os.getpid()}")
-        partial.write_text(json.dumps(record))
-        os.replace(partial, kept)
+        build.atomic_write(kept, json.dumps(record).encode())
     return record["budgets"], record["failed"]
 
 

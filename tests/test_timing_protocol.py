@@ -297,6 +297,18 @@ def test_measurements_say_what_happened(fake_gpu_backend):
     assert broken.status == "error" and "not of the kernel" in broken.detail
 
 
+def test_a_workload_compiles_the_checks_before_the_gpu_is_held_alone(fake_gpu_backend, monkeypatch):
+    """CuPy compiles a round's kernels at their first call (seconds, with a new submission's empty cache):
+    make_workload runs them once, so that none is compiled while the GPU's lock keeps other graders off."""
+    made = []
+    monkeypatch.setattr(timing, "Workload", lambda *shape: made.append(FakeGpu(shape=shape)) or made[-1])
+    monkeypatch.setattr(timing, "gpu_lock", lambda **_: pytest.fail("the GPU's lock taken to compile"))
+    w = timing.make_workload(M, N, K)
+    assert made == [w] and (w.M, w.N, w.K) == (M, N, K)
+    assert w.log == ["inputs", "poison C_ref", "flush", "cublas"]
+    assert (w.C == w.C_ref).all()               # the kernel's output checked once, against cuBLAS's
+
+
 def test_a_busy_gpu_is_the_graders_limit(fake_gpu_backend, tmp_path):
     import fcntl
     import os

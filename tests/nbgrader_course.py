@@ -33,6 +33,7 @@ import pytest
 
 import grader
 from grader.course.static_values import code_cells, read_values
+from grader.course.student import succeeded
 from grader.grading import registry
 from grader.grading.host_functions import source_from_cells
 from grader.programs.check import kernel_source_from_notebook
@@ -154,7 +155,7 @@ def without_running(config):
 
 def generate_assignment(api, lab: str) -> None:
     r = api.generate_assignment(lab, force=True)
-    assert r["success"], r.get("error") or r.get("log")
+    succeeded(r, f"{lab}: generate_assignment")
     assert "Exception while loading config file" not in (r.get("log") or "")
 
 
@@ -197,7 +198,7 @@ def graded_course(course: Path, submissions: dict[str, dict], run=None):
                 runs = run is None or (lab, student) in run
                 r = (api if runs else from_text).autograde(lab, student, force=True)
                 seconds[(lab, student)] = time.monotonic() - start
-                assert r["success"], f"{lab}/{student}: {r.get('error') or r.get('log')}"
+                succeeded(r, f"{lab}/{student}: autograde")
         yield api, seconds
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.course.student import succeeded
 from grader.grading import isolation
 from grader.grading.report import GRADER_ERROR
 from grader.platform import interpreter
@@ -98,3 +99,12 @@ def test_a_check_the_reference_solution_fails_here_too_is_the_graders_error(monk
     assert "never written" in result.output                 # what the submission got, for the instructor
     races = isolation.run_check("naive", "races", unwritten.replace("C[row * N + col] =", "C[0] =", 1), seed=1)
     assert races.status != GRADER_ERROR, races.text()
+
+
+def test_a_failed_nbgrader_call_says_the_cause_nbgrader_logged():
+    """nbgrader's API puts the cause in its log; its error says only to see the traceback above."""
+    failed = {"success": False, "log": "FileNotFoundError: [Errno 2] No such file or directory: 'alembic'",
+              "error": "NbGraderException: Please see the the above traceback for details"}
+    with pytest.raises(RuntimeError, match=r"(?s)^generate_assignment failed:\n.*'alembic'.*above traceback"):
+        succeeded(failed, "generate_assignment")
+    succeeded({"success": True, "log": "", "error": ""}, "generate_assignment")

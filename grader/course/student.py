@@ -55,6 +55,12 @@ def scratch_course(*lab_names: str):
             os.environ["PATH"] = path
 
 
+def succeeded(result: dict, what: str) -> None:
+    """Raise unless an NbGraderAPI call succeeded, with its log (where nbgrader writes the cause) and its error."""
+    if not result["success"]:
+        raise RuntimeError(f"{what} failed:\n{result.get('log') or ''}\n{result.get('error') or ''}".rstrip())
+
+
 def released_notebooks(lab: str) -> list[Path]:
     """The released notebooks of `lab`: nbgrader's generate_assignment output (made once per process, in a
     folder removed at exit), or in the student distribution the notebooks of labs/LAB."""
@@ -64,9 +70,7 @@ def released_notebooks(lab: str) -> list[Path]:
         folder = Path(tempfile.mkdtemp(prefix=f"released-{lab}-"))
         atexit.register(shutil.rmtree, folder, True)
         with scratch_course(lab) as (course, api):
-            result = api.generate_assignment(lab, force=True)
-            if not result["success"]:
-                raise RuntimeError(f"nbgrader could not make the copy:\n{result.get('error') or result.get('log')}")
+            succeeded(api.generate_assignment(lab, force=True), "nbgrader's copy for students")
             for nb in (course / "release" / lab).glob("*.ipynb"):
                 shutil.copy(nb, folder / nb.name)
         _released[lab] = sorted(folder.glob("*.ipynb"))

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from grader.course.student import LABS, labs, scratch_course
+from grader.course.student import LABS, labs, scratch_course, succeeded
 from grader.platform.backend import current
 from grader.programs.recorded_command import recorded_command
 
@@ -22,18 +22,14 @@ def autograde_reference(lab: str) -> dict:
     """{lab, score, max, seconds, lost: {cell: (score, max)}} for the lab's reference."""
     from nbgrader.api import Gradebook
     with scratch_course(lab) as (course, api):
-        result = api.generate_assignment(lab, force=True)
-        if not result["success"]:
-            raise RuntimeError(f"{lab}: generate_assignment failed:\n{result.get('error') or result.get('log')}")
+        succeeded(api.generate_assignment(lab, force=True), f"{lab}: generate_assignment")
         submitted = course / "submitted" / "reference" / lab
         submitted.mkdir(parents=True)
         for nb in (LABS / lab).glob("*.ipynb"):
             shutil.copy(nb, submitted / nb.name)
         t0 = time.perf_counter()
-        result = api.autograde(lab, "reference", force=True)
+        succeeded(api.autograde(lab, "reference", force=True), f"{lab}: autograde")
         seconds = time.perf_counter() - t0
-        if not result["success"]:
-            raise RuntimeError(f"{lab}: autograde failed:\n{result.get('error') or result.get('log')}")
         with Gradebook(f"sqlite:///{course / 'gradebook.db'}", course_id="sgemm-lab") as gb:
             sub = gb.find_submission(lab, "reference")
             lost = {g.name: (g.score, g.max_score) for nb in sub.notebooks for g in nb.grades

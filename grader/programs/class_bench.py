@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from grader.course.student import scratch_course
+from grader.course.student import scratch_course, succeeded
 from grader.platform import COURSE_ROOT
 from grader.platform.backend import current
 from grader.programs.class_submissions import KINDS, LAB, NOTEBOOK, class_kinds, hand_in
@@ -39,9 +39,7 @@ def build_class(work: Path, students: int) -> None:
     kinds = class_kinds(students)
     pristine = work / "pristine"
     with scratch_course(LAB) as (course, api):
-        result = api.generate_assignment(LAB, force=True)
-        if not result["success"]:
-            raise RuntimeError(f"generate_assignment failed:\n{result.get('error') or result.get('log')}")
+        succeeded(api.generate_assignment(LAB, force=True), "generate_assignment")
         for student, kind in kinds.items():
             hand_in(course, student, kind)
         shutil.copytree(course, pristine, symlinks=True)

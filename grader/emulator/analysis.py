@@ -21,7 +21,8 @@ from .binding import runtime
 RACE_KINDS = {0: "read after write", 1: "write after read", 2: "write after write",
               3: "bulk copy over an access", 4: "access before its bulk copy's phase",
               5: "store not fenced before a bulk copy", 6: "write to a bulk store's source before its wait",
-              7: "bulk store of an unordered write", 8: "mbarrier used before its initialisation"}
+              7: "bulk store of an unordered write", 8: "mbarrier used before its initialisation",
+              9: "store not fenced before a wgmma"}
 FINDING_KINDS = {0: "out of bounds", 1: "misaligned"}
 
 
@@ -169,6 +170,11 @@ class Race:
             return (f"shared-memory race {where}: line {self.line_b} (thread {self.thread_b}) uses the mbarrier that "
                     f"line {self.line_a} (thread {self.thread_a}) initialises, and nothing orders the initialisation "
                     f"before the use (fence_mbarrier_init() and a __syncthreads() after mbarrier_init())")
+        if self.kind == RACE_KINDS[9]:
+            return (f"shared-memory race {where}: line {self.line_a} (thread {self.thread_a}) writes shared memory "
+                    f"that the wgmma on line {self.line_b} (thread {self.thread_b}) reads, with no fence_proxy_async() "
+                    f"between them: the wgmma (the asynchronous proxy) may not see that store (fence after the stores, "
+                    f"before the __syncthreads() that orders them before the wgmma)")
         return (f"shared-memory race ({self.kind}) in '{self.kernel}': line {self.line_a} (thread {self.thread_a}) "
                 f"and line {self.line_b} (thread {self.thread_b}) of block {self.block} touch the same word with no "
                 f"__syncthreads() between them ({self.count} time(s))")

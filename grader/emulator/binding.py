@@ -108,7 +108,7 @@ _WAITING_CALLS = (b"__emu_syncthreads", b"__emu_syncthreads_reduce", b"__emu_syn
 # The asynchronous proxy (runtime/include/hopper.cuh): a module that imports one of these has its analysed
 # launches keep a happens-before order of their threads (runtime/analysis.cpp).
 _ASYNC_PROXY_CALLS = (b"__emu_mbarrier_init", b"__emu_bulk_copy", b"__emu_bulk_store", b"__emu_fence_proxy_async",
-                      b"__emu_tma_load_2d")
+                      b"__emu_tma_load_2d", b"__emu_wgmma")
 
 
 def _imports_any(library: Path, names) -> bool:

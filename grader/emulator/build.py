@@ -40,7 +40,7 @@ ANALYSIS_FLAGS = ("-O1", "-gdwarf-4", "-fno-tree-sra", "-fsanitize=kernel-addres
                   "--param", "asan-globals=0", "--param", "asan-stack=0")
 SOURCE_NAME = policy.SOURCE_NAME
 NVCC_DEPENDENCIES = "kernel.d"          # the files nvcc opened (-MD)
-NVCC_ARCH = "sm_90"
+NVCC_ARCH = "sm_90a"         # the H200's, with its own instructions (wgmma, in the course's Hopper header)
 BUILD_KEY_MARK = b"GRADER-EMU-BUILD-KEY:"
 # A module's references to its own functions and variables bind inside it:
 # otherwise a kernel or __device__ function named like an exported C library

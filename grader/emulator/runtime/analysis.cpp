@@ -158,6 +158,7 @@ void begin_block(uint3 b) {
 }
 
 static void race(int kind, uintptr_t pc_a, int tid_a, uintptr_t pc_b, unsigned tid_b, uintptr_t addr);
+static void check_race(Shadow& w, bool store, unsigned me, uintptr_t pc, uintptr_t addr);
 
 // ---- the asynchronous proxy's order (its state is above) ---------------------------
 static void join(std::vector<unsigned>& into, const std::vector<unsigned>& from) {
@@ -304,6 +305,22 @@ static void check_async(size_t w, bool store, unsigned me, uintptr_t pc, uintptr
         }
     if (word.accessors.size() < kAccessors)
         word.accessors.push_back(Accessor{me, clocks[me][me], store ? clocks[me][me] : 0, pc, store ? pc : 0});
+}
+
+// A wgmma's read of shared memory (the asynchronous proxy), at the wait that completes it, by the thread that
+// issued it: ordered as that thread's read there, and after a proxy fence of each thread whose store it reads.
+void async_read(const void* p, unsigned bytes, unsigned tid, uintptr_t pc) {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    for (unsigned off = 0; off < bytes; off += 4) {
+        size_t w = word_of(a + off);
+        if (w >= shadow.size()) return;
+        check_race(shadow[w], false, tid, pc, a + off);
+        if (!ordered) continue;
+        for (const Accessor& x : async_words[w].accessors)
+            if (x.store_clock && known(tid, x.tid) >= x.store_clock && !fenced(x.tid, x.store_clock, tid))
+                race(9, x.store_pc, int(x.tid), pc, tid, a + off);
+        check_async(w, false, tid, pc, a + off);
+    }
 }
 
 void barrier_released() { epoch++; barriers++; release_together(0, block_threads); }

@@ -44,6 +44,7 @@ void bulk_copy(const void* dst, unsigned bytes, const void* bar, unsigned tid, u
 void bulk_store(const void* src, unsigned bytes, unsigned tid, unsigned seq, uintptr_t pc);
 void bulk_store_waited(unsigned tid, unsigned stores_done);
 void proxy_fence(unsigned tid);
+void async_read(const void* p, unsigned bytes, unsigned tid, uintptr_t pc);
 
 }  // namespace analysis
 
@@ -90,7 +91,8 @@ struct EmuRace {
     // ordered before it; 4 an access (b) to what a bulk copy (a) fills, before a wait for its phase;
     // 5 a store (a) a bulk copy (b) reads or overwrites, with no proxy fence between; 6 a write (b) to what
     // a bulk store (a) reads, unordered with its wait; 7 a bulk store (b) of a write (a) not ordered before it;
-    // 8 a use (b) of an mbarrier whose initialisation (a) is not ordered before it
+    // 8 a use (b) of an mbarrier whose initialisation (a) is not ordered before it; 9 a store (a) a wgmma (b)
+    // reads, with no proxy fence between
     int kind;
     uintptr_t pc_a, pc_b;
     unsigned tid_a, tid_b;  // linear thread ids in the block

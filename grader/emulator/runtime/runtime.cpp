@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -15,6 +16,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -52,6 +54,11 @@ struct Fiber {
     std::vector<Store> stores;
     int groups_committed, groups_done;
     unsigned stores_done;
+    // Its wgmmas not yet completed: each in a group once committed (-1 before), completed by the wait that
+    // leaves fewer of its groups pending.
+    struct Wgmma { float* d; int n; uint64_t a, b; std::vector<float> c; int group, line; uintptr_t pc; };
+    std::vector<Wgmma> wgmmas;
+    int wgmma_committed;
 };
 
 // An mbarrier (the course's Hopper header, include/hopper.cuh): its phase completes when the expected
@@ -445,6 +452,8 @@ static void run_block(uint3 bid) {
         f.state = kReady;
         f.groups_committed = f.groups_done = 0;
         f.stores_done = 0;
+        f.wgmmas.clear();
+        f.wgmma_committed = 0;
     }
     if (L.sequential) L.fibers[0].sp = fiber_init(stacks + page_size(), stack_size + kColourSpan, sequential_main);
     for (size_t w = 0; w < L.warps.size(); w++) {
@@ -729,6 +738,115 @@ extern "C" void __emu_bulk_wait(int pending) {
 
 extern "C" void __emu_fence_proxy_async(void) {
     if (analysis::enabled()) analysis::proxy_fence(cur->linear);
+}
+
+// ---- wgmma (include/hopper.cuh) ---------------------------------------------------------
+// A warpgroup's D (64 x n) = A (64 x 16) B (16 x n) + D, bf16 operands in shared memory by descriptor, K-major
+// core matrices of 8 rows x 16 bytes without swizzle (LBO the step between core matrices along K, SBO along M
+// or N), FP32 accumulators in registers: thread t of the warpgroup holds, in its register i, D[16 (t / 32) +
+// (t % 32) / 4 + 8 ((i / 2) % 2)][2 (t % 4) + i % 2 + 8 (i / 4)], as on the GPU. Each thread's part is computed
+// at the wait that completes its group, from shared memory as it is then (the latest a GPU may read it), and
+// until then its accumulators hold NaN: a GPU's hold no result before that wait either.
+// A descriptor's address: an offset into the block's shared memory, the static arrays first, the dynamic ones
+// from the next 1 KiB boundary after them.
+static uintptr_t shared_window_dynamic() {
+    return (uintptr_t(L.mod->shared_end - L.mod->shared_begin) + 1023) / 1024 * 1024;
+}
+
+extern "C" unsigned long long __emu_wgmma_descriptor(int line, const void* tile, unsigned lbo, unsigned sbo) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(tile);
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(L.mod->shared_begin), hi = reinterpret_cast<uintptr_t>(L.mod->shared_end);
+    const uintptr_t dlo = reinterpret_cast<uintptr_t>(L.dynamic_shared.data());
+    const std::string head = "kernel '" + std::string(L.kernel) + "', " + where() + ": wgmma_descriptor() on line " +
+                             std::to_string(line) + " ";
+    uintptr_t offset;
+    if (a >= lo && a < hi) offset = a - lo;
+    else if (!L.dynamic_shared.empty() && a >= dlo && a < dlo + L.dynamic_shared.size()) offset = shared_window_dynamic() + (a - dlo);
+    else fail(kLaunchFailure, head + "is given an address outside the block's shared memory");
+    if (a % 16 || lbo % 16 || sbo % 16)
+        fail(kLaunchFailure, head + "needs an address, an LBO and an SBO that are multiples of 16 bytes");
+    return ((offset >> 4) & 0x3FFF) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) | (uint64_t((sbo >> 4) & 0x3FFF) << 32);
+}
+
+static const unsigned char* wgmma_operand(const Fiber::Wgmma& op, uint64_t desc, int row, int k, const char* which) {
+    const uintptr_t offset = uintptr_t(desc & 0x3FFF) << 4, lbo = uintptr_t((desc >> 16) & 0x3FFF) << 4,
+                    sbo = uintptr_t((desc >> 32) & 0x3FFF) << 4;
+    const uintptr_t at = offset + uintptr_t(row / 8) * sbo + uintptr_t(k / 8) * lbo + uintptr_t(row % 8) * 16 + uintptr_t(k % 8) * 2;
+    const size_t fixed = size_t(L.mod->shared_end - L.mod->shared_begin), dyn = shared_window_dynamic();
+    if (at + 16 - uintptr_t(k % 8) * 2 <= fixed) return reinterpret_cast<const unsigned char*>(L.mod->shared_begin) + at;
+    if (at >= dyn && at - dyn + 16 - uintptr_t(k % 8) * 2 <= L.dynamic_shared.size()) return L.dynamic_shared.data() + (at - dyn);
+    fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": the wgmma on line " + std::to_string(op.line) +
+                             " reads its " + which + " operand's row " + std::to_string(row) + ", k " + std::to_string(k) +
+                             " outside the block's shared memory (its descriptor's address, LBO or SBO?)");
+}
+
+static float bf16_at(const unsigned char* p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    const uint32_t bits = uint32_t(h) << 16;
+    float x;
+    memcpy(&x, &bits, 4);
+    return x;
+}
+
+// What a thread's part of a wgmma reads, its rows of A and its columns of B, for the analysis: at the issue and
+// at the wait, the two ends of the time a GPU may read them.
+static void analyse_wgmma_reads(const Fiber* f, const Fiber::Wgmma& op) {
+    if (!analysis::enabled()) return;
+    const int t = int(f->linear % 128), warp = t / 32, lane = t % 32;
+    for (int half = 0; half < 2; half++) {
+        for (int r = 0; r < 2; r++)
+            analysis::async_read(wgmma_operand(op, op.a, 16 * warp + lane / 4 + 8 * r, 8 * half, "A"), 16, f->linear, op.pc);
+        for (int j = 0; j < op.n / 8; j++)
+            for (int c = 0; c < 2; c++)
+                analysis::async_read(wgmma_operand(op, op.b, 8 * j + 2 * (lane % 4) + c, 8 * half, "B"), 16, f->linear,
+                                     op.pc);
+    }
+}
+
+static void complete_wgmma(Fiber* f, const Fiber::Wgmma& op) {
+    analyse_wgmma_reads(f, op);
+    const int t = int(f->linear % 128), warp = t / 32, lane = t % 32;
+    for (int i = 0; i < op.n / 2; i++) {
+        const int row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2), col = 2 * (lane % 4) + i % 2 + 8 * (i / 4);
+        float sum = op.c.empty() ? 0.0f : op.c[size_t(i)];
+        for (int k = 0; k < 16; k++)
+            sum += bf16_at(wgmma_operand(op, op.a, row, k, "A")) * bf16_at(wgmma_operand(op, op.b, col, k, "B"));
+        op.d[i] = sum;
+    }
+}
+
+extern "C" void __emu_wgmma(int line, float* d, int n, unsigned long long a, unsigned long long b, int scale_d) {
+    Fiber* f = cur;
+    const std::string head = "kernel '" + std::string(L.kernel) + "', " + where() + ": the wgmma on line " + std::to_string(line) + " ";
+    if (int(f->linear / 128) * 128 + 128 > L.nthreads)
+        fail(kLaunchFailure, head + "is issued by a thread whose warpgroup is not whole: a wgmma is a warpgroup's, "
+                                    "128 threads (4 warps) from a multiple of 128");
+    if ((a | b) >> 62)
+        fail(kLaunchFailure, head + "has a descriptor with a swizzle: the course's header lays out operands without one");
+    Fiber::Wgmma op{d, n, a, b, {}, -1, line, CALLER_PC};
+    if (scale_d) op.c.assign(d, d + n / 2);
+    std::fill(d, d + n / 2, std::numeric_limits<float>::quiet_NaN());
+    analyse_wgmma_reads(f, op);
+    f->wgmmas.push_back(std::move(op));
+}
+
+extern "C" void __emu_wgmma_commit(void) {
+    Fiber* f = cur;
+    for (auto& op : f->wgmmas)
+        if (op.group < 0) op.group = f->wgmma_committed;
+    f->wgmma_committed++;
+}
+
+extern "C" void __emu_wgmma_wait(int pending) {
+    Fiber* f = cur;
+    const int through = f->wgmma_committed - std::max(pending, 0) - 1;
+    size_t kept = 0;
+    for (size_t i = 0; i < f->wgmmas.size(); i++) {
+        if (f->wgmmas[i].group >= 0 && f->wgmmas[i].group <= through) complete_wgmma(f, f->wgmmas[i]);
+        else f->wgmmas[kept++] = std::move(f->wgmmas[i]);
+    }
+    f->wgmmas.resize(kept);
 }
 
 extern "C" unsigned __emu_lane_id(void) { return cur->linear % 32; }

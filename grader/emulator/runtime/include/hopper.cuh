@@ -15,6 +15,15 @@
 //   tma_load_2d(dst, &map, x, y, &full);      // a box of a matrix (tensor map from the host: grader.kernels.
 //                                             // tensor_map.tensor_map_2d) at column x, row y, landing on `full`;
 //                                             // its elements outside the matrix land as zeros; dst 128-byte aligned
+//   uint64_t a = wgmma_descriptor(tile, lbo, sbo);  // a bf16 operand in shared memory, K-major core matrices of
+//                                             // 8 rows x 16 bytes, no swizzle: LBO bytes between core matrices
+//                                             // along K, SBO along M (A) or N (B); tile 16-byte aligned
+//   wgmma_fence();                            // before a warpgroup's first wgmma on accumulators it wrote
+//   wgmma_m64n64k16_bf16(d, a, b, scale_d);   // D (64 x 64) = A (64 x 16) B (16 x 64) + (scale_d ? D : 0), by the
+//                                             // warpgroup's 128 threads, each with float d[32] (n8 ... n256: d[n / 2])
+//   wgmma_commit_group();                     // the wgmmas issued since the last commit form a group
+//   wgmma_wait_group(n);                      // until at most n groups are pending (n: a constant); d is
+//                                             // the result only after it
 //
 // Here a phase completes when its last arrival arrives: its copies land then, so shared memory read
 // before the wait holds what was there before (the poison of a new block), as on a GPU where the copy
@@ -36,6 +45,10 @@ void __emu_bulk_commit(void);
 void __emu_bulk_wait(int pending);
 void __emu_fence_proxy_async(void);
 void __emu_tma_load_2d(int line, void* dst, const void* map, int x, int y, void* bar);
+unsigned long long __emu_wgmma_descriptor(int line, const void* tile, unsigned lbo, unsigned sbo);
+void __emu_wgmma(int line, float* d, int n, unsigned long long a, unsigned long long b, int scale_d);
+void __emu_wgmma_commit(void);
+void __emu_wgmma_wait(int pending);
 }
 
 // A tensor map, made on the host and passed by value: const __grid_constant__ TensorMap map.
@@ -52,3 +65,17 @@ struct TensorMap { alignas(64) unsigned long long opaque[16]; };
 #define fence_proxy_async() __emu_fence_proxy_async()
 #define tma_load_2d(dst, map, x, y, bar) __emu_tma_load_2d(__LINE__, (dst), (map), (x), (y), (bar))
 static inline void fence_mbarrier_init() {}
+#define wgmma_descriptor(tile, lbo, sbo) __emu_wgmma_descriptor(__LINE__, (tile), (lbo), (sbo))
+static inline void wgmma_fence() {}
+#define __EMU_WGMMA(n, d, a, b, scale_d) do {                                                               \
+        static_assert(sizeof(d) == (n) / 2 * sizeof(float), "a wgmma of n columns takes float[n / 2] accumulators"); \
+        __emu_wgmma(__LINE__, (d), (n), (a), (b), (scale_d));                                                   \
+    } while (0)
+#define wgmma_m64n8k16_bf16(d, a, b, scale_d) __EMU_WGMMA(8, d, a, b, scale_d)
+#define wgmma_m64n16k16_bf16(d, a, b, scale_d) __EMU_WGMMA(16, d, a, b, scale_d)
+#define wgmma_m64n32k16_bf16(d, a, b, scale_d) __EMU_WGMMA(32, d, a, b, scale_d)
+#define wgmma_m64n64k16_bf16(d, a, b, scale_d) __EMU_WGMMA(64, d, a, b, scale_d)
+#define wgmma_m64n128k16_bf16(d, a, b, scale_d) __EMU_WGMMA(128, d, a, b, scale_d)
+#define wgmma_m64n256k16_bf16(d, a, b, scale_d) __EMU_WGMMA(256, d, a, b, scale_d)
+#define wgmma_commit_group() __emu_wgmma_commit()
+#define wgmma_wait_group(n) __emu_wgmma_wait(n)

@@ -1,0 +1,123 @@
+"""wgmma in the course's Hopper header: a warpgroup multiplies a 64 x K strip of A by an N x K strip of B
+(both bf16, K-major core matrices in shared memory, 16 columns of K at a time) into FP32 accumulators, each
+thread's where PTX documents them. The emulator computes a thread's part at the wait that completes its
+group: before that wait its accumulators hold NaN, a store the wgmma reads without a proxy fence is a race
+named by both lines, and so is a write to an operand before the wgmma that reads it has completed; nvcc
+accepts the GPU's header for sm_90a."""
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import ON_EMULATOR
+
+from grader.emulator.build import PYCUDA_INCLUDE_DIR
+from grader.kernels import bf16
+
+# Core matrix (r / 8, k / 8) of a 16-wide slice of K at (r / 8) SBO + (k / 8) LBO bytes: SBO 256, LBO 128.
+STRIP = """#include "hopper.cuh"
+#define CORE(r, k) (((r) / 8) * 128 + ((k) / 8) * 64 + ((r) % 8) * 8 + (k) % 8)
+#define PAIR(x) (*(uint32_t*)(&(x)))
+__global__ void strip(const uint16_t* a, const uint16_t* bt, float* c, int K)
+{
+    __shared__ __align__(128) uint16_t As[64 * 16];
+    __shared__ __align__(128) uint16_t Bs[NCOL * 16];
+    const int t = threadIdx.x;
+    float d[NCOL / 2];
+    for (int i = 0; i < NCOL / 2; ++i) d[i] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        for (int i = t; i < 64 * 8; i += 128)           // two elements a thread, side by side in a core matrix
+            PAIR(As[CORE(i / 8, 2 * (i % 8))]) = PAIR(a[(i / 8) * K + k0 + 2 * (i % 8)]);
+        for (int i = t; i < NCOL * 8; i += 128)
+            PAIR(Bs[CORE(i / 8, 2 * (i % 8))]) = PAIR(bt[(i / 8) * K + k0 + 2 * (i % 8)]);
+        fence_proxy_async();
+        __syncthreads();
+        wgmma_fence();
+        WGMMA(d, wgmma_descriptor(As, 128, 256), wgmma_descriptor(Bs, 128, 256), 1);
+        wgmma_commit_group();
+        wgmma_wait_group(0);
+        __syncthreads();
+    }
+    const int warp = t / 32, lane = t % 32;
+    for (int i = 0; i < NCOL / 2; ++i)
+        c[(16 * warp + lane / 4 + 8 * ((i / 2) % 2)) * NCOL + 2 * (lane % 4) + i % 2 + 8 * (i / 4)] = d[i];
+}
+"""
+
+
+def _source(n: int, **changes) -> str:
+    source = STRIP.replace("NCOL", str(n)).replace("WGMMA", f"wgmma_m64n{n}k16_bf16")
+    for old, new in changes.items():
+        assert old in source, old
+        source = source.replace(old, new, 1)
+    return source
+
+
+def _line(source: str, text: str) -> int:
+    return next(i for i, line in enumerate(source.splitlines(), 1) if text in line)
+
+
+def _run(cuda, source_module, source: str, n: int, K: int, analyze: bool = False):
+    """(C of the kernel, A B in float64, the races found where `analyze`)."""
+    rng = np.random.default_rng(7)
+    A = rng.integers(-4, 5, (64, K)).astype(np.float32)        # small integers: bf16 and every sum exact
+    Bt = rng.integers(-4, 5, (n, K)).astype(np.float32)
+    C = np.full((64, n), np.nan, np.float32)
+    kernel = source_module(source, include_dirs=[str(PYCUDA_INCLUDE_DIR)], arch="sm_90a").get_function("strip")
+    args = (cuda.In(bf16.to_bits(A)), cuda.In(bf16.to_bits(Bt)), cuda.Out(C), np.int32(K))
+    if not analyze:
+        kernel(*args, block=(128, 1, 1), grid=(1, 1))
+        return C, A.astype(np.float64) @ Bt.T.astype(np.float64), []
+    from grader.emulator import analyze as analysis
+    with analysis() as report:
+        kernel(*args, block=(128, 1, 1), grid=(1, 1))
+    return C, A.astype(np.float64) @ Bt.T.astype(np.float64), report.races
+
+
+@pytest.mark.parametrize("n", [8, 64, 256])
+def test_a_warpgroup_multiplies_its_strips_into_the_documented_accumulators(cuda, source_module, n):
+    C, expected, _ = _run(cuda, source_module, _source(n), n, K=48)
+    assert np.array_equal(C, expected), np.argwhere(C != expected)[:8]
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_a_strip_in_order_has_no_race(cuda, source_module):
+    C, expected, races = _run(cuda, source_module, _source(64), 64, K=32, analyze=True)
+    assert np.array_equal(C, expected) and races == [], [r.describe() for r in races]
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the accumulators hold whatever the tensor cores left")
+def test_accumulators_read_before_the_wait_hold_no_result(cuda, source_module):
+    source = _source(64, **{"        wgmma_wait_group(0);\n": ""})
+    C, _, _ = _run(cuda, source_module, source, 64, K=32)
+    assert np.isnan(C).all()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_a_store_the_wgmma_reads_without_a_proxy_fence_is_a_race_named_by_both_lines(cuda, source_module):
+    source = _source(64, **{"        fence_proxy_async();\n": ""})
+    _, _, races = _run(cuda, source_module, source, 64, K=32, analyze=True)
+    assert {(r.kind, r.line_a, r.line_b) for r in races} >= {
+        ("store not fenced before a wgmma", _line(source, "PAIR(As[CORE("), _line(source, "wgmma_m64n64k16_bf16("))}, \
+        [r.describe() for r in races]
+    assert "no fence_proxy_async() between them" in races[0].describe()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_an_operand_overwritten_before_its_wgmma_completed_is_a_race(cuda, source_module):
+    """The wait moved after the next strip's stores: the wgmma may still be reading the strip they overwrite."""
+    source = _source(64, **{"        wgmma_wait_group(0);\n        __syncthreads();\n": "",
+                            "    const int warp": "    wgmma_wait_group(0);\n    const int warp"})
+    _, _, races = _run(cuda, source_module, source, 64, K=32, analyze=True)
+    wgmma = _line(source, "wgmma_m64n64k16_bf16(")
+    assert any(wgmma in (r.line_a, r.line_b) and _line(source, "PAIR(As[CORE(") in (r.line_a, r.line_b) for r in races), \
+        [r.describe() for r in races]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("n", [8, 16, 32, 64, 128, 256])
+def test_nvcc_accepts_every_width_of_the_gpu_header(tmp_path, n):
+    (tmp_path / "kernel.cu").write_text(_source(n))
+    p = subprocess.run(["nvcc", "--cubin", "-arch=sm_90a", f"-I{PYCUDA_INCLUDE_DIR}", "-o", str(tmp_path / "k.cubin"),
+                        str(tmp_path / "kernel.cu")], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr

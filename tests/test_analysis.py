@@ -135,6 +135,35 @@ def test_race_in_tree_reduction_without_barriers():
     assert "no __syncthreads()" in report.races[0].describe()
 
 
+HALVES = """
+#include <cstdint>
+extern "C" __global__ void halves(const uint16_t* in, uint16_t* out)
+{
+    __shared__ uint16_t tile[256];
+    const int t = threadIdx.x;
+    tile[t] = in[t];
+    tile[t] = tile[t] + 1;
+    BARRIER
+    out[t] = tile[t ^ 1];
+}
+"""
+
+
+@pytest.mark.parametrize("barrier", ["__syncthreads();", ""])
+def test_threads_on_the_two_halves_of_a_word_race_only_on_each_others_half(barrier):
+    """16-bit elements, one a thread: neighbours share a word. Each writing and updating its own is no race;
+    reading the neighbour's before the barrier is one."""
+    source = HALVES.replace("BARRIER", barrier)
+    mod = compiler.SourceModule(source, no_extern_c=True)
+    d_in, d_out = _buffers()
+    races = _analyse(mod.get_function("halves"), d_in, d_out, block=(256, 1, 1)).races
+    if barrier:
+        assert races == [], [r.describe() for r in races]
+    else:
+        assert races and all(_line_of(source, "out[t] =") in (r.line_a, r.line_b) for r in races), \
+            [r.describe() for r in races]
+
+
 def test_warp_synchronised_exchange_is_not_a_race():
     mod = compiler.SourceModule("""
     __global__ void k(float* out) {

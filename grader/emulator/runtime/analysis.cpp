@@ -9,6 +9,7 @@
 #include <link.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -64,6 +65,10 @@ struct Shadow {
     uintptr_t write_pc, read_pc;
 };
 static std::vector<Shadow> shadow;  // static shared words, then dynamic ones
+// Words accessed in halves (16-bit elements: bfloat16, half, short): the states of their two halves, split from
+// the word's at the first access of fewer than 4 bytes, so that threads writing the two halves of one word do
+// not race. (A byte is watched as the half it lies in.)
+static std::unordered_map<size_t, std::array<Shadow, 2>> halves;
 static std::map<std::tuple<int, uintptr_t, uintptr_t>, EmuRace> races;
 static std::vector<EmuFinding> findings;
 
@@ -139,6 +144,7 @@ void begin_launch(const LaunchRanges& r, int nthreads) {
     warp_epoch.assign(size_t((nthreads + 31) / 32), 0);
     block_threads = unsigned(nthreads);
     shadow.assign(size_t(r.shared_hi - r.shared_lo) / 4 + r.dynamic_size / 4 + 1, Shadow{});
+    halves.clear();
     findings.clear();
 }
 
@@ -158,7 +164,7 @@ void begin_block(uint3 b) {
 }
 
 static void race(int kind, uintptr_t pc_a, int tid_a, uintptr_t pc_b, unsigned tid_b, uintptr_t addr);
-static void check_race(Shadow& w, bool store, unsigned me, uintptr_t pc, uintptr_t addr);
+static void check_word(size_t w, unsigned lo, unsigned hi, bool store, unsigned me, uintptr_t pc, uintptr_t addr);
 
 // ---- the asynchronous proxy's order (its state is above) ---------------------------
 static void join(std::vector<unsigned>& into, const std::vector<unsigned>& from) {
@@ -314,7 +320,7 @@ void async_read(const void* p, unsigned bytes, unsigned tid, uintptr_t pc) {
     for (unsigned off = 0; off < bytes; off += 4) {
         size_t w = word_of(a + off);
         if (w >= shadow.size()) return;
-        check_race(shadow[w], false, tid, pc, a + off);
+        check_word(w, 0, 4, false, tid, pc, a + off);
         if (!ordered) continue;
         for (const Accessor& x : async_words[w].accessors)
             if (x.store_clock && known(tid, x.tid) >= x.store_clock && !fenced(x.tid, x.store_clock, tid))
@@ -506,6 +512,19 @@ static void check_race(Shadow& w, bool store, unsigned me, uintptr_t pc, uintptr
     }
 }
 
+// The races of an access to bytes [lo, hi) of shared word w.
+static void check_word(size_t w, unsigned lo, unsigned hi, bool store, unsigned me, uintptr_t pc, uintptr_t addr) {
+    auto it = halves.find(w);
+    if (it == halves.end()) {
+        if (lo == 0 && hi == 4) {
+            check_race(shadow[w], store, me, pc, addr);
+            return;
+        }
+        it = halves.emplace(w, std::array<Shadow, 2>{shadow[w], shadow[w]}).first;
+    }
+    for (unsigned h = lo / 2; h < (hi + 1) / 2; h++) check_race(it->second[h], store, me, pc, addr);
+}
+
 // ---- the hook -------------------------------------------------------------------
 static void record_finding(int kind, bool store, int size, uintptr_t pc, unsigned me, uintptr_t a, bool shared) {
     EmuFinding f{kind, store, size, pc, me, block, a, -1, 0, shared};
@@ -544,10 +563,11 @@ static void access(const void* p, int size, bool store, uintptr_t pc) {
         q.lanes |= 1u << (me % 32);
         // Offsets from the start of shared memory, as on the GPU (bank 0 there).
         q.addr[me % 32] = a - reinterpret_cast<uintptr_t>(in_static ? (void*)R.shared_lo : (void*)R.dynamic_lo);
-        size_t base = word_of(a);
-        for (int w = 0; w < (size + 3) / 4; w++) {
-            check_race(shadow[base + w], store, me, pc, a);
-            if (ordered) check_async(base + w, store, me, pc, a);
+        for (uintptr_t x = a & ~uintptr_t(3); x < a + uintptr_t(size); x += 4) {
+            size_t w = word_of(x);
+            check_word(w, unsigned(std::max(a, x) - x), unsigned(std::min<uintptr_t>(a + uintptr_t(size) - x, 4)), store,
+                       me, pc, a);
+            if (ordered) check_async(w, store, me, pc, a);
         }
         return;
     }

@@ -109,9 +109,11 @@ def test_an_operand_overwritten_before_its_wgmma_completed_is_a_race(cuda, sourc
     source = _source(64, **{"        wgmma_wait_group(0);\n        __syncthreads();\n": "",
                             "    const int warp": "    wgmma_wait_group(0);\n    const int warp"})
     _, _, races = _run(cuda, source_module, source, 64, K=32, analyze=True)
-    wgmma = _line(source, "wgmma_m64n64k16_bf16(")
-    assert any(wgmma in (r.line_a, r.line_b) and _line(source, "PAIR(As[CORE(") in (r.line_a, r.line_b) for r in races), \
+    overwrites = [r for r in races if r.kind == "write to a wgmma's operand before its wait"]
+    assert {(r.line_a, r.line_b) for r in overwrites} == {
+        (_line(source, "wgmma_m64n64k16_bf16("), _line(source, line)) for line in ("PAIR(As[CORE(", "PAIR(Bs[CORE(")}, \
         [r.describe() for r in races]
+    assert "wgmma_wait_group() for it, then a __syncthreads(), before the write" in overwrites[0].describe()
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")

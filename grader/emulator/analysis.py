@@ -22,7 +22,7 @@ RACE_KINDS = {0: "read after write", 1: "write after read", 2: "write after writ
               3: "bulk copy over an access", 4: "access before its bulk copy's phase",
               5: "store not fenced before a bulk copy", 6: "write to a bulk store's source before its wait",
               7: "bulk store of an unordered write", 8: "mbarrier used before its initialisation",
-              9: "store not fenced before a wgmma"}
+              9: "store not fenced before a wgmma", 10: "write to a wgmma's operand before its wait"}
 FINDING_KINDS = {0: "out of bounds", 1: "misaligned"}
 
 
@@ -175,6 +175,11 @@ class Race:
                     f"that the wgmma on line {self.line_b} (thread {self.thread_b}) reads, with no fence_proxy_async() "
                     f"between them: the wgmma (the asynchronous proxy) may not see that store (fence after the stores, "
                     f"before the __syncthreads() that orders them before the wgmma)")
+        if self.kind == RACE_KINDS[10]:
+            return (f"shared-memory race {where}: line {self.line_b} (thread {self.thread_b}) writes shared memory "
+                    f"that the wgmma on line {self.line_a} (thread {self.thread_a}) reads, and nothing orders the write "
+                    f"after that wgmma is done: a wgmma may read its operands until its wait, so wgmma_wait_group() "
+                    f"for it, then a __syncthreads(), before the write")
         return (f"shared-memory race ({self.kind}) in '{self.kernel}': line {self.line_a} (thread {self.thread_a}) "
                 f"and line {self.line_b} (thread {self.thread_b}) of block {self.block} touch the same word with no "
                 f"__syncthreads() between them ({self.count} time(s))")

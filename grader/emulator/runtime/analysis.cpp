@@ -63,6 +63,7 @@ struct Shadow {
     unsigned write_epoch, write_wepoch, read_epoch, read_wepoch;
     int write_tid, read_tid, other_reader;  // other_reader: a second reader in the interval, or -1
     uintptr_t write_pc, read_pc;
+    bool read_async;                        // read_tid's read is a wgmma's (async_read)
 };
 static std::vector<Shadow> shadow;  // static shared words, then dynamic ones
 // Words accessed in halves (16-bit elements: bfloat16, half, short): the states of their two halves, split from
@@ -164,7 +165,8 @@ void begin_block(uint3 b) {
 }
 
 static void race(int kind, uintptr_t pc_a, int tid_a, uintptr_t pc_b, unsigned tid_b, uintptr_t addr);
-static void check_word(size_t w, unsigned lo, unsigned hi, bool store, unsigned me, uintptr_t pc, uintptr_t addr);
+static void check_word(size_t w, unsigned lo, unsigned hi, bool store, unsigned me, uintptr_t pc, uintptr_t addr,
+                       bool async = false);
 
 // ---- the asynchronous proxy's order (its state is above) ---------------------------
 static void join(std::vector<unsigned>& into, const std::vector<unsigned>& from) {
@@ -320,7 +322,7 @@ void async_read(const void* p, unsigned bytes, unsigned tid, uintptr_t pc) {
     for (unsigned off = 0; off < bytes; off += 4) {
         size_t w = word_of(a + off);
         if (w >= shadow.size()) return;
-        check_word(w, 0, 4, false, tid, pc, a + off);
+        check_word(w, 0, 4, false, tid, pc, a + off, true);
         if (!ordered) continue;
         for (const Accessor& x : async_words[w].accessors)
             if (x.store_clock && known(tid, x.tid) >= x.store_clock && !fenced(x.tid, x.store_clock, tid))
@@ -486,7 +488,7 @@ static void race(int kind, uintptr_t pc_a, int tid_a, uintptr_t pc_b, unsigned t
     races[key] = EmuRace{kind, pc_a, pc_b, unsigned(tid_a), tid_b, block, addr, 1};
 }
 
-static void check_race(Shadow& w, bool store, unsigned me, uintptr_t pc, uintptr_t addr) {
+static void check_race(Shadow& w, bool store, unsigned me, uintptr_t pc, uintptr_t addr, bool async) {
     unsigned we = warp_epoch[me / 32];
     if (w.write_epoch == epoch && w.write_tid != int(me) && !ordered_in_warp(w.write_tid, w.write_wepoch, me))
         race(store ? 2 : 0, w.write_pc, w.write_tid, pc, me, addr);
@@ -494,7 +496,7 @@ static void check_race(Shadow& w, bool store, unsigned me, uintptr_t pc, uintptr
         if (w.read_epoch == epoch) {
             int reader = w.read_tid != int(me) ? w.read_tid : w.other_reader;
             if (reader >= 0 && (reader != w.read_tid || !ordered_in_warp(reader, w.read_wepoch, me)))
-                race(1, w.read_pc, reader, pc, me, addr);
+                race(w.read_async ? 10 : 1, w.read_pc, reader, pc, me, addr);
         }
         w.write_epoch = epoch;
         w.write_wepoch = we;
@@ -507,22 +509,24 @@ static void check_race(Shadow& w, bool store, unsigned me, uintptr_t pc, uintptr
         w.read_tid = int(me);
         w.other_reader = -1;
         w.read_pc = pc;
+        w.read_async = async;
     } else if (w.read_tid != int(me)) {
         w.other_reader = int(me);
     }
 }
 
 // The races of an access to bytes [lo, hi) of shared word w.
-static void check_word(size_t w, unsigned lo, unsigned hi, bool store, unsigned me, uintptr_t pc, uintptr_t addr) {
+static void check_word(size_t w, unsigned lo, unsigned hi, bool store, unsigned me, uintptr_t pc, uintptr_t addr,
+                       bool async) {
     auto it = halves.find(w);
     if (it == halves.end()) {
         if (lo == 0 && hi == 4) {
-            check_race(shadow[w], store, me, pc, addr);
+            check_race(shadow[w], store, me, pc, addr, async);
             return;
         }
         it = halves.emplace(w, std::array<Shadow, 2>{shadow[w], shadow[w]}).first;
     }
-    for (unsigned h = lo / 2; h < (hi + 1) / 2; h++) check_race(it->second[h], store, me, pc, addr);
+    for (unsigned h = lo / 2; h < (hi + 1) / 2; h++) check_race(it->second[h], store, me, pc, addr, async);
 }
 
 // ---- the hook -------------------------------------------------------------------

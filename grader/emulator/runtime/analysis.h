@@ -92,7 +92,7 @@ struct EmuRace {
     // 5 a store (a) a bulk copy (b) reads or overwrites, with no proxy fence between; 6 a write (b) to what
     // a bulk store (a) reads, unordered with its wait; 7 a bulk store (b) of a write (a) not ordered before it;
     // 8 a use (b) of an mbarrier whose initialisation (a) is not ordered before it; 9 a store (a) a wgmma (b)
-    // reads, with no proxy fence between
+    // reads, with no proxy fence between; 10 a write (b) to what a wgmma (a) reads, before its wait
     int kind;
     uintptr_t pc_a, pc_b;
     unsigned tid_a, tid_b;  // linear thread ids in the block

@@ -1,6 +1,7 @@
 """`python -m grader class-bench` at the smallest scale, on the emulator: a class of four lab 02
 submissions (correct, hanging, hostile, slow) graded serially and by two workers sharing one GPU
 (a lock file standing for it) gives the same scores, and no timed section beside other GPU work."""
+import json
 import re
 import subprocess
 import sys
@@ -44,6 +45,37 @@ def test_the_runs_agree_only_with_every_score_there_and_equal():
         text, agree = class_bench.report("python3 -m grader class-bench", "gpu", kinds,
                                          {"serial": _run(1, same), "parallel": _run(2, other)})
         assert not agree, text
+
+
+def test_a_run_stopped_halfway_goes_on_where_it_stopped(tmp_path, monkeypatch):
+    """A segment's time counts up to its last finished submission; the next goes on in the same course."""
+    pristine, run = tmp_path / "pristine", tmp_path / "serial"
+    pristine.mkdir()
+    (pristine / "graded.txt").write_text("nothing")
+    finishes = "import sys, time; time.sleep(0.2); print('[ 1/2] s00-correct graded', flush=True); time.sleep(0.3)"
+    monkeypatch.setattr(class_bench, "autograde_command", lambda course, gpu, workers: [sys.executable, "-c", finishes])
+    key = {"students": 2, "workers": 1, "gpu": "0"}
+    first = class_bench.grade(pristine, run, "0", 1, tmp_path / "gpu.lock", key)
+    kept = json.loads((run / "progress.json").read_text())
+    assert first[1:] == (0, 1) and kept["key"] == key and 0.2 <= kept["segments"][0] < first[0]
+    (run / "course" / "graded.txt").write_text("one")        # what the stopped segment graded
+    kept["segments"] = [100.0]                                # as if it had been stopped after 100 s
+    (run / "progress.json").write_text(json.dumps(kept))
+    wall, code, segments = class_bench.grade(pristine, run, "0", 1, tmp_path / "gpu.lock", key)
+    assert (code, segments) == (0, 2) and 100.5 <= wall < 110 and (run / "course" / "graded.txt").read_text() == "one"
+    assert "(segment 2)" not in (run / "autograde.log").read_text()      # the log holds autograde's lines
+    _, _, segments = class_bench.grade(pristine, run, "0", 2, tmp_path / "gpu.lock", {**key, "workers": 2})
+    assert segments == 1 and (run / "course" / "graded.txt").read_text() == "nothing"
+
+
+def test_a_run_in_segments_says_so():
+    kinds = {"s00-correct": "correct"}
+    serial = {**_run(1, {"s00-correct": 11.0}), "segments": 3}
+    text, agree = class_bench.report("python3 -m grader class-bench", "gpu", kinds,
+                                     {"serial": serial, "parallel": _run(2, {"s00-correct": 11.0})})
+    assert agree and "The serial run was stopped and went on 2 time(s): its wall time is the sum of its 3 " \
+        "segments', each counted up to its last finished submission." in text, text
+    assert "parallel run was stopped" not in text
 
 
 @pytest.mark.pipeline

@@ -8,8 +8,9 @@ process's GPU work under it shared, each timed section alone. Written as markdow
 time, the seconds the lock was held exclusively (timing) and whether a timed section overlapped any
 other holder (its log, GRADER_GPU_LOCK_LOG), and per submission the score and the performance ratio
 to cuBLAS in both runs. Exit status 1 when a score differs or is missing, or a timed section
-overlapped. With --work, a bench stopped halfway keeps its finished run. Without a GPU the emulator
-grades (no performance points, no ratios, nothing timed)."""
+overlapped. With --work, a bench stopped halfway keeps what it finished and goes on from there when
+run again (a run's time then sums its segments', each up to its last graded submission). Without a GPU
+the emulator grades (no performance points, no ratios, nothing timed)."""
 from __future__ import annotations
 
 import argparse
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from grader.course.student import scratch_course, succeeded
+from grader.emulator.build import atomic_write
 from grader.platform import COURSE_ROOT
 from grader.platform.backend import current
 from grader.programs.class_submissions import KINDS, LAB, NOTEBOOK, class_kinds, hand_in
@@ -32,6 +34,7 @@ from grader.programs.recorded_command import recorded_command
 RATIO_GOAL = 0.05           # the performance ratios of the two runs within 5 % of each other
 PERFORMANCE_CELL = "smem-tiling-performance"
 MEASURED = re.compile(r"(\d+) GFLOPS = [0-9.]+ x cuBLAS \((\d+) GFLOPS")
+FINISHED = re.compile(r"^\[\s*\d+/\d+\] ")         # autograde's line for each submission it finished
 
 
 def build_class(work: Path, students: int) -> None:
@@ -45,25 +48,36 @@ def build_class(work: Path, students: int) -> None:
         shutil.copytree(course, pristine, symlinks=True)
 
 
-def grade(pristine: Path, run: Path, gpu: str, workers: int, lock: Path) -> tuple[float, int]:
+def autograde_command(course: Path, gpu: str, workers: int) -> list[str]:
+    return [sys.executable, "-m", "grader", "autograde", str(course), LAB, "--gpus", gpu, "--workers", str(workers)]
+
+
+def grade(pristine: Path, run: Path, gpu: str, workers: int, lock: Path, key: dict) -> tuple[float, int, int]:
     """`python -m grader autograde` of a copy of the class at RUN/course (its output shown and kept in
-    RUN/autograde.log): its wall time in seconds, its exit status."""
-    course = run / "course"
-    shutil.rmtree(run, ignore_errors=True)
-    run.mkdir(parents=True)
-    shutil.copytree(pristine, course, symlinks=True)
+    RUN/autograde.log): its wall time in seconds, its exit status and the segments it took. A run stopped
+    halfway (a time limit) goes on where it stopped when asked again with the same key: its time is the sum of
+    its segments', each counted up to its last finished submission (RUN/progress.json)."""
+    course, progress = run / "course", run / "progress.json"
+    earlier = json.loads(progress.read_text()) if progress.exists() else {}
+    segments = earlier.get("segments", []) if earlier.get("key") == key else []
+    if not segments:
+        shutil.rmtree(run, ignore_errors=True)
+        run.mkdir(parents=True)
+        shutil.copytree(pristine, course, symlinks=True)
     env = dict(os.environ, GRADER_GPU_LOCK=str(lock), GRADER_GPU_LOCK_LOG=str(run / "gpu-lock.log"),
                PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))  # alembic
-    command = [sys.executable, "-m", "grader", "autograde", str(course), LAB, "--force", "--gpus", gpu,
-               "--workers", str(workers)]
-    print(f"{run.name}: {' '.join(command[1:])}", flush=True)
+    command = autograde_command(course, gpu, workers)
+    print(f"{run.name}: {' '.join(command[1:])}" + (f" (segment {len(segments) + 1})" if segments else ""), flush=True)
     t0 = time.monotonic()
-    with open(run / "autograde.log", "w") as log, subprocess.Popen(
+    with open(run / "autograde.log", "a") as log, subprocess.Popen(
             command, cwd=COURSE_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         for line in proc.stdout:            # shown as it comes: a bench of a whole class runs for many minutes
             log.write(line)
             print(line, end="", flush=True)
-    return time.monotonic() - t0, proc.returncode
+            if FINISHED.match(line):
+                atomic_write(progress, json.dumps({"key": key, "segments": segments + [time.monotonic() - t0]}).encode())
+    segments.append(time.monotonic() - t0)
+    return sum(segments), proc.returncode, len(segments)
 
 
 def lock_intervals(log: Path) -> list[tuple[str, float, float]]:
@@ -120,9 +134,9 @@ def measured_run(work: Path, name: str, students: int, workers: int, gpu: str) -
         shutil.rmtree(pristine, ignore_errors=True)
         build_class(work, students)
         built.write_text(json.dumps({"students": students}))
-    wall, code = grade(pristine, work / name, gpu, workers, work / "gpu.lock")
+    wall, code, segments = grade(pristine, work / name, gpu, workers, work / "gpu.lock", key)
     held = lock_intervals(work / name / "gpu-lock.log")
-    run = {"workers": workers, "wall": wall, "status": code, "overlaps": overlapping(held),
+    run = {"workers": workers, "wall": wall, "segments": segments, "status": code, "overlaps": overlapping(held),
            "exclusive": sum(end - start for mode, start, end in held if mode == "exclusive"),
            "results": results(work / name / "course", class_kinds(students))}
     done.write_text(json.dumps({"key": key, "run": run}))
@@ -162,6 +176,9 @@ def report(command: str, backend: str, kinds: dict, runs: dict) -> tuple[str, bo
         missing = sum(got["score"] is None for got in r["results"].values())
         lines.append(f"| {name} | {r['workers']} | {r['wall']:.1f} | {r['exclusive']:.1f} | {r['overlaps']} | "
                      f"{r['status']} | {missing} |")
+    lines += [f"\nThe {name} run was stopped and went on {r['segments'] - 1} time(s): its wall time is the sum of its "
+              f"{r['segments']} segments', each counted up to its last finished submission."
+              for name, r in runs.items() if r.get("segments", 1) > 1]
     lines += ["", f"Wall time, serial / parallel: {serial['wall'] / parallel['wall']:.2f} x.", "",
               f"Scores: equal in both runs for {len(kinds) - len(unequal)} of {len(kinds)} submissions"
               + (f"; different: {', '.join(unequal)}." if unequal else "."),
@@ -180,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu", default="0", help="the GPU both runs grade on (default 0)")
     p.add_argument("--out", default=None, help="write the markdown there")
     p.add_argument("--work", default=None, help="keep the courses there (default: a folder removed at the end); "
-                   "a run finished there is not run again")
+                   "a bench run again there goes on where it stopped")
     args = p.parse_args(argv)
     if args.students < 1 or args.workers < 2:
         p.error("--students at least 1, --workers at least 2")

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from grader.course import class_grading, gradebook_merge, slurm_array
 from grader.course.class_grading import Job, Result
+from grader.emulator.build import atomic_write
 
 DEFAULT_TIMEOUT = 1800.0        # seconds for one submission's autograde (nbgrader's own cell timeout is inside)
 
@@ -115,9 +116,7 @@ class Ledger:
 
     def record(self, result: Result) -> None:
         self.entries[result.student] = result
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({s: asdict(r) for s, r in sorted(self.entries.items())}, indent=1))
-        os.replace(tmp, self.path)
+        atomic_write(self.path, json.dumps({s: asdict(r) for s, r in sorted(self.entries.items())}, indent=1).encode())
 
 
 def plan(course: Path, assignment: str, cd, state: Path) -> list[Job]:

@@ -39,6 +39,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grader.emulator.build import atomic_write
 from grader.kernels import timing
 
 JOB_MARK = "GRADER_CLASS_JOB"
@@ -120,9 +121,7 @@ class Result:
 
 
 def _write_result(scratch: Path, result: Result) -> None:
-    tmp = scratch / "result.json.tmp"
-    tmp.write_text(json.dumps(asdict(result)))
-    os.replace(tmp, scratch / "result.json")
+    atomic_write(scratch / "result.json", json.dumps(asdict(result)).encode())
 
 
 def prepare_scratch(course: Path, assignment: str, job: Job, template: Path) -> None:

@@ -17,6 +17,7 @@ from traitlets import Unicode
 from grader.course.preprocessors.sandboxed_execute import protect_course
 from grader.course.regrade import parse_test, regrade_at, tried_in_text
 from grader.course.static_values import code_cells
+from grader.emulator.build import atomic_write
 
 
 class GradeFromSource(NbGraderPreprocessor):
@@ -87,6 +88,4 @@ class GradeFromSource(NbGraderPreprocessor):
         except (OSError, ValueError):
             record = {}
         record[notebook] = {"scores": scores, "tried": tried}
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(record).encode())

@@ -1,6 +1,6 @@
 """wgmma in the course's Hopper header: a warpgroup multiplies a 64 x K strip of A by an N x K strip of B
 (both bf16, K-major core matrices in shared memory, 16 columns of K at a time) into FP32 accumulators, each
-thread's where PTX documents them. The emulator computes a thread's part at the wait that completes its
+thread's where PTX documents them, and wgmmas issued back to back on the same accumulators add up. The emulator computes a thread's part at the wait that completes its
 group: before that wait its accumulators hold NaN, a store the wgmma reads without a proxy fence is a race
 named by both lines, and so is a write to an operand before the wgmma that reads it has completed; nvcc
 accepts the GPU's header for sm_90a."""
@@ -45,6 +45,37 @@ __global__ void strip(const uint16_t* a, const uint16_t* bt, float* c, int K)
 """
 
 
+# The whole of K in shared memory at once (SBO 8 rows of KT elements), then one wgmma per 16 columns of K into
+# the same accumulators, back to back in one group: each adds to what the one before it computes.
+CHAIN = """#include "hopper.cuh"
+#define KT 48
+#define CORE(r, k) (((r) / 8) * (KT * 8) + ((k) / 8) * 64 + ((r) % 8) * 8 + (k) % 8)
+#define PAIR(x) (*(uint32_t*)(&(x)))
+__global__ void chain(const uint16_t* a, const uint16_t* bt, float* c)
+{
+    __shared__ __align__(128) uint16_t As[64 * KT];
+    __shared__ __align__(128) uint16_t Bs[64 * KT];
+    const int t = threadIdx.x;
+    for (int i = t; i < 64 * KT / 2; i += 128) {
+        PAIR(As[CORE(i / (KT / 2), 2 * (i % (KT / 2)))]) = PAIR(a[2 * i]);
+        PAIR(Bs[CORE(i / (KT / 2), 2 * (i % (KT / 2)))]) = PAIR(bt[2 * i]);
+    }
+    fence_proxy_async();
+    __syncthreads();
+    float d[32];
+    wgmma_fence();
+    for (int s = 0; s < KT / 16; ++s)           // the first adds to nothing (scale_d 0): d starts undefined
+        wgmma_m64n64k16_bf16(d, wgmma_descriptor(As + 128 * s, 128, KT * 16), wgmma_descriptor(Bs + 128 * s, 128,
+                             KT * 16), s > 0);
+    wgmma_commit_group();
+    wgmma_wait_group(0);
+    const int warp = t / 32, lane = t % 32;
+    for (int i = 0; i < 32; ++i)
+        c[(16 * warp + lane / 4 + 8 * ((i / 2) % 2)) * 64 + 2 * (lane % 4) + i % 2 + 8 * (i / 4)] = d[i];
+}
+"""
+
+
 def _source(n: int, **changes) -> str:
     source = STRIP.replace("NCOL", str(n)).replace("WGMMA", f"wgmma_m64n{n}k16_bf16")
     for old, new in changes.items():
@@ -77,6 +108,16 @@ def _run(cuda, source_module, source: str, n: int, K: int, analyze: bool = False
 @pytest.mark.parametrize("n", [8, 64, 256])
 def test_a_warpgroup_multiplies_its_strips_into_the_documented_accumulators(cuda, source_module, n):
     C, expected, _ = _run(cuda, source_module, _source(n), n, K=48)
+    assert np.array_equal(C, expected), np.argwhere(C != expected)[:8]
+
+
+def test_wgmmas_in_flight_on_the_same_accumulators_add_up_in_the_order_issued(cuda, source_module):
+    rng = np.random.default_rng(11)
+    A, Bt = (rng.integers(-4, 5, shape).astype(np.float32) for shape in ((64, 48), (64, 48)))
+    C = np.full((64, 64), np.nan, np.float32)
+    kernel = source_module(CHAIN, include_dirs=[str(PYCUDA_INCLUDE_DIR)], arch="sm_90a").get_function("chain")
+    kernel(cuda.In(bf16.to_bits(A)), cuda.In(bf16.to_bits(Bt)), cuda.Out(C), block=(128, 1, 1), grid=(1, 1))
+    expected = A.astype(np.float64) @ Bt.T.astype(np.float64)
     assert np.array_equal(C, expected), np.argwhere(C != expected)[:8]
 
 

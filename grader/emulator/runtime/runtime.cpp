@@ -54,9 +54,18 @@ struct Fiber {
     std::vector<Store> stores;
     int groups_committed, groups_done;
     unsigned stores_done;
-    // Its wgmmas not yet completed: each in a group once committed (-1 before), completed by the wait that
-    // leaves fewer of its groups pending.
-    struct Wgmma { float* d; int n; uint64_t a, b; std::vector<float> c; int group, line; uintptr_t pc; };
+    // Its wgmmas not yet completed, in the order issued: each in a group once committed (-1 before), completed
+    // by the wait that leaves fewer of its groups pending. `c` is what it adds to; `chained`: what the wgmma
+    // before it on the same accumulators computes, handed over when that one completes.
+    struct Wgmma {
+        float* d;
+        int n;
+        uint64_t a, b;
+        std::vector<float> c;
+        bool chained;
+        int group, line;
+        uintptr_t pc;
+    };
     std::vector<Wgmma> wgmmas;
     int wgmma_committed;
 };
@@ -804,16 +813,30 @@ static void analyse_wgmma_reads(const Fiber* f, const Fiber::Wgmma& op) {
     }
 }
 
-static void complete_wgmma(Fiber* f, const Fiber::Wgmma& op) {
+// The at-th of a thread's wgmmas in flight: its result goes to the accumulators, or, where a later wgmma in
+// flight uses the same ones, to that wgmma if it adds to it (the accumulators hold no result until the last).
+static void complete_wgmma(Fiber* f, size_t at) {
+    const Fiber::Wgmma& op = f->wgmmas[at];
     analyse_wgmma_reads(f, op);
     const int t = int(f->linear % 128), warp = t / 32, lane = t % 32;
+    std::vector<float> r(size_t(op.n / 2));
     for (int i = 0; i < op.n / 2; i++) {
         const int row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2), col = 2 * (lane % 4) + i % 2 + 8 * (i / 4);
-        float sum = op.c.empty() ? 0.0f : op.c[size_t(i)];
+        float sum = size_t(i) < op.c.size() ? op.c[size_t(i)] : 0.0f;
         for (int k = 0; k < 16; k++)
             sum += bf16_at(wgmma_operand(op, op.a, row, k, "A")) * bf16_at(wgmma_operand(op, op.b, col, k, "B"));
-        op.d[i] = sum;
+        r[size_t(i)] = sum;
     }
+    for (size_t j = at + 1; j < f->wgmmas.size(); j++) {
+        Fiber::Wgmma& next = f->wgmmas[j];
+        if (next.d != op.d) continue;
+        if (next.chained) {
+            next.c = r;
+            next.c.resize(size_t(next.n / 2), std::numeric_limits<float>::quiet_NaN());
+        }
+        return;
+    }
+    std::copy(r.begin(), r.end(), op.d);
 }
 
 extern "C" void __emu_wgmma(int line, float* d, int n, unsigned long long a, unsigned long long b, int scale_d) {
@@ -824,8 +847,9 @@ extern "C" void __emu_wgmma(int line, float* d, int n, unsigned long long a, uns
                                     "128 threads (4 warps) from a multiple of 128");
     if ((a | b) >> 62)
         fail(kLaunchFailure, head + "has a descriptor with a swizzle: the course's header lays out operands without one");
-    Fiber::Wgmma op{d, n, a, b, {}, -1, line, CALLER_PC};
-    if (scale_d) op.c.assign(d, d + n / 2);
+    const bool in_flight = std::any_of(f->wgmmas.begin(), f->wgmmas.end(), [d](const Fiber::Wgmma& w) { return w.d == d; });
+    Fiber::Wgmma op{d, n, a, b, {}, scale_d && in_flight, -1, line, CALLER_PC};
+    if (scale_d && !in_flight) op.c.assign(d, d + n / 2);
     std::fill(d, d + n / 2, std::numeric_limits<float>::quiet_NaN());
     analyse_wgmma_reads(f, op);
     f->wgmmas.push_back(std::move(op));
@@ -843,7 +867,7 @@ extern "C" void __emu_wgmma_wait(int pending) {
     const int through = f->wgmma_committed - std::max(pending, 0) - 1;
     size_t kept = 0;
     for (size_t i = 0; i < f->wgmmas.size(); i++) {
-        if (f->wgmmas[i].group >= 0 && f->wgmmas[i].group <= through) complete_wgmma(f, f->wgmmas[i]);
+        if (f->wgmmas[i].group >= 0 && f->wgmmas[i].group <= through) complete_wgmma(f, i);
         else f->wgmmas[kept++] = std::move(f->wgmmas[i]);
     }
     f->wgmmas.resize(kept);

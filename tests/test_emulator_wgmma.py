@@ -134,6 +134,21 @@ def test_accumulators_read_before_the_wait_hold_no_result(cuda, source_module):
     assert np.isnan(C).all()
 
 
+@pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the accumulators hold whatever the tensor cores left")
+def test_a_wait_that_leaves_one_group_pending_completes_the_older_one(cuda, source_module):
+    """The strip's wgmma into d, then one into e, in two groups: after wgmma_wait_group(1), d is the product
+    and e holds no result yet (warps 2 and 3 write e's rows)."""
+    source = _source(8, **{
+        "    float d[8 / 2];\n": "    float d[8 / 2], e[8 / 2];\n",
+        "        wgmma_commit_group();\n        wgmma_wait_group(0);\n":
+            "        wgmma_commit_group();\n"
+            "        wgmma_m64n8k16_bf16(e, wgmma_descriptor(As, 128, 256), wgmma_descriptor(Bs, 128, 256), 0);\n"
+            "        wgmma_commit_group();\n        wgmma_wait_group(1);\n",
+        "    const int warp": "    for (int i = 0; i < 4 && t >= 64; ++i) d[i] = e[i];\n    const int warp"})
+    C, expected, _ = _run(cuda, source_module, source, 8, K=16)
+    assert np.array_equal(C[:32], expected[:32]) and np.isnan(C[32:]).all(), C
+
+
 @pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
 def test_a_store_the_wgmma_reads_without_a_proxy_fence_is_a_race_named_by_both_lines(cuda, source_module):
     source = _source(64, **{"        fence_proxy_async();\n": ""})

@@ -1,6 +1,7 @@
 """wgmma in the course's Hopper header: a warpgroup multiplies a 64 x K strip of A by an N x K strip of B
 (both bf16, K-major core matrices in shared memory, 16 columns of K at a time) into FP32 accumulators, each
-thread's where PTX documents them, and wgmmas issued back to back on the same accumulators add up. The emulator computes a thread's part at the wait that completes its
+thread's where PTX documents them, and wgmmas issued back to back on the same accumulators add up; operands
+a tensor copy with the 128-byte swizzle landed are read through descriptors of that swizzle. The emulator computes a thread's part at the wait that completes its
 group: before that wait its accumulators hold NaN, a store the wgmma reads without a proxy fence is a race
 named by both lines, and so is a write to an operand before the wgmma that reads it has completed; nvcc
 accepts the GPU's header for sm_90a."""
@@ -172,10 +173,60 @@ def test_an_operand_overwritten_before_its_wgmma_completed_is_a_race(cuda, sourc
     assert "wgmma_wait_group() for it, then a __syncthreads(), before the write" in overwrites[0].describe()
 
 
+# Both operands as 64 x 64 boxes of a tensor copy with the 128-byte swizzle (rows of 64 elements of K, each
+# row's 16-byte chunks permuted by its index mod 8), read by wgmma through descriptors of the same swizzle:
+# one k16 slice at a time, 32 bytes further along the rows (SBO 1024: 8 rows of 128 bytes).
+SWIZZLED = """#include "hopper.cuh"
+__global__ void swizzled(const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap b_map, float* c)
+{
+    __shared__ __align__(1024) uint16_t As[64 * 64];
+    __shared__ __align__(1024) uint16_t Bs[64 * 64];
+    __shared__ uint64_t full;
+    const int t = threadIdx.x;
+    if (t == 0) {
+        mbarrier_init(&full, 1);
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+    if (t == 0) {
+        mbarrier_arrive_expect_tx(&full, sizeof(As) + sizeof(Bs));
+        tma_load_2d(As, &a_map, 0, 0, &full);
+        tma_load_2d(Bs, &b_map, 0, 0, &full);
+    }
+    mbarrier_wait_parity(&full, 0);
+    float d[32];
+    wgmma_fence();
+    for (int s = 0; s < 4; ++s)
+        wgmma_m64n64k16_bf16(d, wgmma_descriptor_swizzle128(As + 16 * s, 1024),
+                             wgmma_descriptor_swizzle128(Bs + 16 * s, 1024), s > 0);
+    wgmma_commit_group();
+    wgmma_wait_group(0);
+    const int warp = t / 32, lane = t % 32;
+    for (int i = 0; i < 32; ++i)
+        c[(16 * warp + lane / 4 + 8 * ((i / 2) % 2)) * 64 + 2 * (lane % 4) + i % 2 + 8 * (i / 4)] = d[i];
+}
+"""
+
+
+def test_wgmma_reads_operands_a_swizzled_tensor_copy_laid_out(cuda, source_module):
+    from grader.kernels.tensor_map import tensor_map_2d
+    rng = np.random.default_rng(13)
+    A, Bt = (rng.integers(-4, 5, (64, 64)).astype(np.float32) for _ in range(2))
+    a, bt = cuda.to_device(bf16.to_bits(A)), cuda.to_device(bf16.to_bits(Bt))
+    C = np.full((64, 64), np.nan, np.float32)
+    kernel = source_module(SWIZZLED, include_dirs=[str(PYCUDA_INCLUDE_DIR)], arch="sm_90a").get_function("swizzled")
+    kernel(tensor_map_2d(int(a), (64, 64), (64, 64), np.uint16, swizzle=128, bfloat16=True),
+           tensor_map_2d(int(bt), (64, 64), (64, 64), np.uint16, swizzle=128, bfloat16=True),
+           cuda.Out(C), block=(128, 1, 1), grid=(1, 1))
+    expected = A.astype(np.float64) @ Bt.T.astype(np.float64)
+    assert np.array_equal(C, expected), np.argwhere(C != expected)[:8]
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("n", [8, 16, 32, 64, 128, 256])
-def test_nvcc_accepts_every_width_of_the_gpu_header(tmp_path, n):
-    (tmp_path / "kernel.cu").write_text(_source(n))
+@pytest.mark.parametrize("source", [_source(n) for n in (8, 16, 32, 64, 128, 256)] + [CHAIN, SWIZZLED],
+                         ids=[f"n{n}" for n in (8, 16, 32, 64, 128, 256)] + ["chain", "swizzled"])
+def test_nvcc_accepts_every_width_and_layout_of_the_gpu_header(tmp_path, source):
+    (tmp_path / "kernel.cu").write_text(source)
     p = subprocess.run(["nvcc", "--cubin", "-arch=sm_90a", f"-I{PYCUDA_INCLUDE_DIR}", "-o", str(tmp_path / "k.cubin"),
                         str(tmp_path / "kernel.cu")], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr

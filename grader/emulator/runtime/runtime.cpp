@@ -751,8 +751,7 @@ extern "C" void __emu_fence_proxy_async(void) {
 
 // ---- wgmma (include/hopper.cuh) ---------------------------------------------------------
 // A warpgroup's D (64 x n) = A (64 x 16) B (16 x n) + D, bf16 operands in shared memory by descriptor, K-major
-// core matrices of 8 rows x 16 bytes without swizzle (LBO the step between core matrices along K, SBO along M
-// or N), FP32 accumulators in registers: thread t of the warpgroup holds, in its register i, D[16 (t / 32) +
+// (wgmma_operand), FP32 accumulators in registers: thread t of the warpgroup holds, in its register i, D[16 (t / 32) +
 // (t % 32) / 4 + 8 ((i / 2) % 2)][2 (t % 4) + i % 2 + 8 (i / 4)], as on the GPU. Each thread's part is computed
 // at the wait that completes its group, from shared memory as it is then (the latest a GPU may read it), and
 // until then its accumulators hold NaN: a GPU's hold no result before that wait either.
@@ -762,7 +761,7 @@ static uintptr_t shared_window_dynamic() {
     return (uintptr_t(L.mod->shared_end - L.mod->shared_begin) + 1023) / 1024 * 1024;
 }
 
-extern "C" unsigned long long __emu_wgmma_descriptor(int line, const void* tile, unsigned lbo, unsigned sbo) {
+extern "C" unsigned long long __emu_wgmma_descriptor(int line, const void* tile, unsigned lbo, unsigned sbo, int swizzle128) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(tile);
     const uintptr_t lo = reinterpret_cast<uintptr_t>(L.mod->shared_begin), hi = reinterpret_cast<uintptr_t>(L.mod->shared_end);
     const uintptr_t dlo = reinterpret_cast<uintptr_t>(L.dynamic_shared.data());
@@ -774,16 +773,30 @@ extern "C" unsigned long long __emu_wgmma_descriptor(int line, const void* tile,
     else fail(kLaunchFailure, head + "is given an address outside the block's shared memory");
     if (a % 16 || lbo % 16 || sbo % 16)
         fail(kLaunchFailure, head + "needs an address, an LBO and an SBO that are multiples of 16 bytes");
-    return ((offset >> 4) & 0x3FFF) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) | (uint64_t((sbo >> 4) & 0x3FFF) << 32);
+    return ((offset >> 4) & 0x3FFF) | (uint64_t((lbo >> 4) & 0x3FFF) << 16) | (uint64_t((sbo >> 4) & 0x3FFF) << 32) |
+           (swizzle128 ? uint64_t(1) << 62 : 0);
 }
 
+// Row `row`, element k of a K-major operand: without swizzle in core matrices of 8 rows x 16 bytes; with the
+// 128-byte swizzle in rows of 128 bytes, 8 to an SBO, each 16-byte chunk moved by the address's bits 7 to 9
+// (the row's index in its 1024-byte atom), as the tensor copy with that swizzle lays them.
 static const unsigned char* wgmma_operand(const Fiber::Wgmma& op, uint64_t desc, int row, int k, const char* which) {
     const uintptr_t offset = uintptr_t(desc & 0x3FFF) << 4, lbo = uintptr_t((desc >> 16) & 0x3FFF) << 4,
                     sbo = uintptr_t((desc >> 32) & 0x3FFF) << 4;
-    const uintptr_t at = offset + uintptr_t(row / 8) * sbo + uintptr_t(k / 8) * lbo + uintptr_t(row % 8) * 16 + uintptr_t(k % 8) * 2;
+    const bool swizzled = (desc >> 62) == 1;
+    const uintptr_t at = offset + uintptr_t(row / 8) * sbo +
+                         (swizzled ? uintptr_t(row % 8) * 128 + uintptr_t(k) * 2
+                                   : uintptr_t(k / 8) * lbo + uintptr_t(row % 8) * 16 + uintptr_t(k % 8) * 2);
+    const uintptr_t chunk = at - at % 16;
     const size_t fixed = size_t(L.mod->shared_end - L.mod->shared_begin), dyn = shared_window_dynamic();
-    if (at + 16 - uintptr_t(k % 8) * 2 <= fixed) return reinterpret_cast<const unsigned char*>(L.mod->shared_begin) + at;
-    if (at >= dyn && at - dyn + 16 - uintptr_t(k % 8) * 2 <= L.dynamic_shared.size()) return L.dynamic_shared.data() + (at - dyn);
+    const unsigned char* base = nullptr;
+    if (chunk + 16 <= fixed) base = reinterpret_cast<const unsigned char*>(L.mod->shared_begin) + chunk;
+    else if (chunk >= dyn && chunk - dyn + 16 <= L.dynamic_shared.size()) base = L.dynamic_shared.data() + (chunk - dyn);
+    if (base != nullptr && swizzled) {
+        const uintptr_t b = reinterpret_cast<uintptr_t>(base);
+        base = reinterpret_cast<const unsigned char*>(b ^ (((b >> 7) & 7) << 4));
+    }
+    if (base != nullptr) return base + at % 16;
     fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": the wgmma on line " + std::to_string(op.line) +
                              " reads its " + which + " operand's row " + std::to_string(row) + ", k " + std::to_string(k) +
                              " outside the block's shared memory (its descriptor's address, LBO or SBO?)");
@@ -845,8 +858,8 @@ extern "C" void __emu_wgmma(int line, float* d, int n, unsigned long long a, uns
     if (int(f->linear / 128) * 128 + 128 > L.nthreads)
         fail(kLaunchFailure, head + "is issued by a thread whose warpgroup is not whole: a wgmma is a warpgroup's, "
                                     "128 threads (4 warps) from a multiple of 128");
-    if ((a | b) >> 62)
-        fail(kLaunchFailure, head + "has a descriptor with a swizzle: the course's header lays out operands without one");
+    if ((a >> 62) > 1 || (b >> 62) > 1)
+        fail(kLaunchFailure, head + "has a descriptor with a swizzle the course's header does not make (none, or 128 bytes)");
     const bool in_flight = std::any_of(f->wgmmas.begin(), f->wgmmas.end(), [d](const Fiber::Wgmma& w) { return w.d == d; });
     Fiber::Wgmma op{d, n, a, b, {}, scale_d && in_flight, -1, line, CALLER_PC};
     if (scale_d && !in_flight) op.c.assign(d, d + n / 2);

@@ -18,6 +18,10 @@
 //   uint64_t a = wgmma_descriptor(tile, lbo, sbo);  // a bf16 operand in shared memory, K-major core matrices of
 //                                             // 8 rows x 16 bytes, no swizzle: LBO bytes between core matrices
 //                                             // along K, SBO along M (A) or N (B); tile 16-byte aligned
+//   uint64_t a = wgmma_descriptor_swizzle128(tile, sbo);  // the same, laid out as a tensor copy with
+//                                             // swizzle=128 lands it: rows of 128 bytes (64 elements of K), SBO
+//                                             // bytes between groups of 8 rows (1024 when dense); a slice of K
+//                                             // 16 wide starts 32 bytes further along the rows (tile + 16 s)
 //   wgmma_fence();                            // before a warpgroup's first wgmma on accumulators it wrote
 //   wgmma_m64n64k16_bf16(d, a, b, scale_d);   // D (64 x 64) = A (64 x 16) B (16 x 64) + (scale_d ? D : 0), by the
 //                                             // warpgroup's 128 threads, each with float d[32] (n8 ... n256: d[n / 2])
@@ -45,7 +49,7 @@ void __emu_bulk_commit(void);
 void __emu_bulk_wait(int pending);
 void __emu_fence_proxy_async(void);
 void __emu_tma_load_2d(int line, void* dst, const void* map, int x, int y, void* bar);
-unsigned long long __emu_wgmma_descriptor(int line, const void* tile, unsigned lbo, unsigned sbo);
+unsigned long long __emu_wgmma_descriptor(int line, const void* tile, unsigned lbo, unsigned sbo, int swizzle128);
 void __emu_wgmma(int line, float* d, int n, unsigned long long a, unsigned long long b, int scale_d);
 void __emu_wgmma_commit(void);
 void __emu_wgmma_wait(int pending);
@@ -65,7 +69,8 @@ struct TensorMap { alignas(64) unsigned long long opaque[16]; };
 #define fence_proxy_async() __emu_fence_proxy_async()
 #define tma_load_2d(dst, map, x, y, bar) __emu_tma_load_2d(__LINE__, (dst), (map), (x), (y), (bar))
 static inline void fence_mbarrier_init() {}
-#define wgmma_descriptor(tile, lbo, sbo) __emu_wgmma_descriptor(__LINE__, (tile), (lbo), (sbo))
+#define wgmma_descriptor(tile, lbo, sbo) __emu_wgmma_descriptor(__LINE__, (tile), (lbo), (sbo), 0)
+#define wgmma_descriptor_swizzle128(tile, sbo) __emu_wgmma_descriptor(__LINE__, (tile), 16, (sbo), 1)
 static inline void wgmma_fence() {}
 #define __EMU_WGMMA(n, d, a, b, scale_d) do {                                                               \
         static_assert(sizeof(d) == (n) / 2 * sizeof(float), "a wgmma of n columns takes float[n / 2] accumulators"); \

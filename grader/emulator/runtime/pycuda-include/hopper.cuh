@@ -89,6 +89,13 @@ static __device__ __forceinline__ uint64_t wgmma_descriptor(const void* tile, un
            | (uint64_t((sbo & 0x3FFFF) >> 4) << 32);
 }
 
+// The same operand laid out as a tensor copy with swizzle=128 lands it: rows of 128 bytes (64 elements of K),
+// SBO bytes between groups of 8 rows; LBO is not used (PTX takes it as 1).
+static __device__ __forceinline__ uint64_t wgmma_descriptor_swizzle128(const void* tile, unsigned sbo)
+{
+    return wgmma_descriptor(tile, 16, sbo) | (uint64_t(1) << 62);
+}
+
 static __device__ __forceinline__ void wgmma_fence()
 {
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");

@@ -122,6 +122,15 @@ def test_wgmmas_in_flight_on_the_same_accumulators_add_up_in_the_order_issued(cu
     assert np.array_equal(C, expected), np.argwhere(C != expected)[:8]
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="the architecture is nvcc's to check")
+def test_wgmma_needs_the_architecture_sm_90a_as_on_the_gpu(cuda, source_module):
+    """SourceModule's default architecture is the device's, sm_90, where wgmma does not exist."""
+    with pytest.raises(cuda.CompileError) as e:
+        source_module(_source(8), include_dirs=[str(PYCUDA_INCLUDE_DIR)])
+    said = f"{e.value} {getattr(e.value, 'stderr', '')}"
+    assert "not supported on .target 'sm_90'" in said, said
+
+
 @pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
 def test_a_strip_in_order_has_no_race(cuda, source_module):
     C, expected, races = _run(cuda, source_module, _source(64), 64, K=32, analyze=True)

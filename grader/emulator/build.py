@@ -40,7 +40,8 @@ ANALYSIS_FLAGS = ("-O1", "-gdwarf-4", "-fno-tree-sra", "-fsanitize=kernel-addres
                   "--param", "asan-globals=0", "--param", "asan-stack=0")
 SOURCE_NAME = policy.SOURCE_NAME
 NVCC_DEPENDENCIES = "kernel.d"          # the files nvcc opened (-MD)
-NVCC_ARCH = "sm_90a"         # the H200's, with its own instructions (wgmma, in the course's Hopper header)
+NVCC_ARCH = "sm_90"             # the H200's, which PyCUDA compiles for there unless SourceModule is given an arch
+_ARCH_OPTION = re.compile(r"^(?:-arch|--gpu-architecture)(?:=(.+))?$")
 BUILD_KEY_MARK = b"GRADER-EMU-BUILD-KEY:"
 # A module's references to its own functions and variables bind inside it:
 # otherwise a kernel or __device__ function named like an exported C library
@@ -448,8 +449,16 @@ def parse_ptxas(log: str) -> dict[str, KernelResources]:
 
 
 def _nvcc_command(tool: str, options: list[str], include_dirs: list[str]) -> list[str]:
-    passthrough = [o for o in options if not re.match(r"^(-arch|--gpu-architecture|-code|--cubin|-o$)", o)]
-    return [tool, "--cubin", f"-arch={NVCC_ARCH}", "-Xptxas", "-v", *passthrough,
+    """nvcc for the architecture the options name (their last -arch; sm_90a for wgmma), else NVCC_ARCH."""
+    arch, passthrough, it = NVCC_ARCH, [], iter(options)
+    for o in it:
+        if m := _ARCH_OPTION.match(o):
+            arch = m.group(1) or next(it, arch)
+        elif o in ("-code", "-o"):
+            next(it, None)
+        elif not re.match(r"^(-code=|--cubin)", o):
+            passthrough.append(o)
+    return [tool, "--cubin", f"-arch={arch}", "-Xptxas", "-v", *passthrough,
             *[f"-I{d}" for d in include_dirs], f"-I{PYCUDA_INCLUDE_DIR}", "-MD", "-MF", NVCC_DEPENDENCIES,
             "-o", "kernel.cubin", SOURCE_NAME]
 

@@ -24,12 +24,14 @@ _RESOURCE_REPORT = re.compile(r"^\s*(ptxas info|\d+ bytes stack frame)")
 
 
 class SourceModule(Module):
-    """Same signature as PyCUDA's; `nvcc`, `keep`, `arch`, `code` and
+    """Same signature as PyCUDA's; `arch` is the architecture nvcc (where installed) checks the source
+    for, as on a GPU (default: the H200's, sm_90; sm_90a for wgmma); `nvcc`, `keep`, `code` and
     `cache_dir` are accepted and have no effect on the CPU."""
 
     def __init__(self, source, nvcc="nvcc", options=None, keep=False, no_extern_c=False, arch=None, code=None,
                  cache_dir=None, include_dirs=None):
         _require_context("cuModuleLoadDataEx")
+        options = [*(options or []), *(["-arch", arch] if arch else [])]
         build_args = dict(source=source, options=options, include_dirs=include_dirs, no_extern_c=no_extern_c)
         super().__init__(_load(build_args), lambda: _load(build_args, analysis=True))
         # What nvcc said beyond its resource report (PyCUDA would print it as a warning).

@@ -39,6 +39,8 @@ extern "C" __global__ void gemm_bf16(const __grid_constant__ TensorMap a_map,
     __syncthreads();
 
     if (t == PRODUCER) {
+        fence_proxy_tensormap(&a_map);
+        fence_proxy_tensormap(&b_map);
         for (int kt = 0; kt < tiles; ++kt) {
             const int s = kt % STAGES;
             if (kt >= STAGES) mbarrier_wait_parity(&empty[s], (kt / STAGES - 1) % 2);

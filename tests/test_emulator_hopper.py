@@ -306,6 +306,7 @@ __global__ void boxes(const __grid_constant__ TensorMap map, float* out)
     }
     __syncthreads();
     if (t == 0) {
+        fence_proxy_tensormap(&map);
         mbarrier_arrive_expect_tx(&full, sizeof(box));
         tma_load_2d(box, &map, blockIdx.x * BOX_COLS, blockIdx.y * BOX_ROWS, &full);
     }
@@ -342,6 +343,7 @@ __global__ void swizzled(const __grid_constant__ TensorMap map, unsigned short* 
     }
     __syncthreads();
     if (t == 0) {
+        fence_proxy_tensormap(&map);
         mbarrier_arrive_expect_tx(&full, sizeof(box));
         tma_load_2d(box, &map, 0, 0, &full);
     }

@@ -198,6 +198,8 @@ __global__ void swizzled(const __grid_constant__ TensorMap a_map, const __grid_c
     }
     __syncthreads();
     if (t == 0) {
+        fence_proxy_tensormap(&a_map);
+        fence_proxy_tensormap(&b_map);
         mbarrier_arrive_expect_tx(&full, sizeof(As) + sizeof(Bs));
         tma_load_2d(As, &a_map, 0, 0, &full);
         tma_load_2d(Bs, &b_map, 0, 0, &full);
@@ -206,8 +208,8 @@ __global__ void swizzled(const __grid_constant__ TensorMap a_map, const __grid_c
     float d[32];
     wgmma_fence();
     for (int s = 0; s < 4; ++s)
-        wgmma_m64n64k16_bf16(d, wgmma_descriptor_swizzle128(As + 16 * s, 1024),
-                             wgmma_descriptor_swizzle128(Bs + 16 * s, 1024), s > 0);
+        wgmma_m64n64k16_bf16(d, wgmma_descriptor_swizzle128(As + 16 * s, 0, 1024),
+                             wgmma_descriptor_swizzle128(Bs + 16 * s, 0, 1024), s > 0);
     wgmma_commit_group();
     wgmma_wait_group(0);
     const int warp = t / 32, lane = t % 32;
@@ -231,9 +233,87 @@ def test_wgmma_reads_operands_a_swizzled_tensor_copy_laid_out(cuda, source_modul
     assert np.array_equal(C, expected), np.argwhere(C != expected)[:8]
 
 
+# B N-major (K x N, row-major as the course stores it), no swizzle: 16-byte chunks of 8 columns at one k, 8
+# values of k in a core matrix; LBO 128 bytes between the two halves of the slice of K, SBO 256 between groups
+# of 8 columns.
+NMAJOR = STRIP.replace("#define PAIR(x)", """#define NCORE(k, n) (((n) / 8) * 128 + ((k) / 8) * 64 + ((k) % 8) * 8 + (n) % 8)
+#define PAIR(x)""").replace(
+    """            PAIR(Bs[CORE(i / 8, 2 * (i % 8))]) = PAIR(bt[(i / 8) * K + k0 + 2 * (i % 8)]);""",
+    """            PAIR(Bs[NCORE(i / (NCOL / 2), 2 * (i % (NCOL / 2)))]) = PAIR(bt[(k0 + i / (NCOL / 2)) * NCOL + 2 * (i % (NCOL / 2))]);""").replace(
+    "wgmma_descriptor(Bs, 128, 256)", "wgmma_descriptor(Bs, 128, 256)").replace("WGMMA(d,", "WGMMA_NMAJOR(d,")
+
+
+def test_a_warpgroup_multiplies_an_n_major_b(cuda, source_module):
+    """The strip with B given as K x N: SBO steps along N, LBO along K."""
+    n, K = 64, 48
+    source = NMAJOR.replace("NCOL", str(n)).replace("WGMMA_NMAJOR", f"wgmma_m64n{n}k16_bf16_nmajor")
+    rng = np.random.default_rng(5)
+    A, B = rng.integers(-4, 5, (64, K)).astype(np.float32), rng.integers(-4, 5, (K, n)).astype(np.float32)
+    C = np.full((64, n), np.nan, np.float32)
+    kernel = source_module(source, include_dirs=[str(PYCUDA_INCLUDE_DIR)], arch="sm_90a").get_function("strip")
+    kernel(cuda.In(bf16.to_bits(A)), cuda.In(bf16.to_bits(B)), cuda.Out(C), np.int32(K), block=(128, 1, 1),
+           grid=(1, 1))
+    expected = A.astype(np.float64) @ B.astype(np.float64)
+    assert np.array_equal(C, expected), np.argwhere(C != expected)[:8]
+
+
+# A as in SWIZZLED; B N-major, 64 x 128 (K x N), as two 64 x 64 boxes of a tensor copy with the 128-byte swizzle
+# (rows of 64 columns at one k), LBO 8192 bytes between them; one k16 slice is 16 rows further (2048 bytes).
+SWIZZLED_NMAJOR = """#include "hopper.cuh"
+__global__ void swizzled(const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap b_map, float* c)
+{
+    __shared__ __align__(1024) uint16_t As[64 * 64];
+    __shared__ __align__(1024) uint16_t Bs[64 * 128];
+    __shared__ uint64_t full;
+    const int t = threadIdx.x;
+    if (t == 0) {
+        mbarrier_init(&full, 1);
+        fence_mbarrier_init();
+    }
+    __syncthreads();
+    if (t == 0) {
+        fence_proxy_tensormap(&a_map);
+        fence_proxy_tensormap(&b_map);
+        mbarrier_arrive_expect_tx(&full, sizeof(As) + sizeof(Bs));
+        tma_load_2d(As, &a_map, 0, 0, &full);
+        tma_load_2d(Bs, &b_map, 0, 0, &full);
+        tma_load_2d(Bs + 64 * 64, &b_map, 64, 0, &full);
+    }
+    mbarrier_wait_parity(&full, 0);
+    float d[64];
+    wgmma_fence();
+    for (int s = 0; s < 4; ++s)
+        wgmma_m64n128k16_bf16_nmajor(d, wgmma_descriptor_swizzle128(As + 16 * s, 0, 1024),
+                                     wgmma_descriptor_swizzle128(Bs + 16 * 64 * s, 8192, 1024), s > 0);
+    wgmma_commit_group();
+    wgmma_wait_group(0);
+    const int warp = t / 32, lane = t % 32;
+    for (int i = 0; i < 64; ++i)
+        c[(16 * warp + lane / 4 + 8 * ((i / 2) % 2)) * 128 + 2 * (lane % 4) + i % 2 + 8 * (i / 4)] = d[i];
+}
+"""
+
+
+def test_wgmma_reads_an_n_major_b_a_swizzled_tensor_copy_laid_out(cuda, source_module):
+    from grader.kernels.tensor_map import tensor_map_2d
+    rng = np.random.default_rng(17)
+    A, B = rng.integers(-4, 5, (64, 64)).astype(np.float32), rng.integers(-4, 5, (64, 128)).astype(np.float32)
+    a, b = cuda.to_device(bf16.to_bits(A)), cuda.to_device(bf16.to_bits(B))
+    C = np.full((64, 128), np.nan, np.float32)
+    kernel = source_module(SWIZZLED_NMAJOR, include_dirs=[str(PYCUDA_INCLUDE_DIR)], arch="sm_90a").get_function(
+        "swizzled")
+    kernel(tensor_map_2d(int(a), (64, 64), (64, 64), np.uint16, swizzle=128, bfloat16=True),
+           tensor_map_2d(int(b), (64, 128), (64, 64), np.uint16, swizzle=128, bfloat16=True),
+           cuda.Out(C), block=(128, 1, 1), grid=(1, 1))
+    expected = A.astype(np.float64) @ B.astype(np.float64)
+    assert np.array_equal(C, expected), np.argwhere(C != expected)[:8]
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("source", [_source(n) for n in (8, 16, 32, 64, 128, 256)] + [CHAIN, SWIZZLED],
-                         ids=[f"n{n}" for n in (8, 16, 32, 64, 128, 256)] + ["chain", "swizzled"])
+@pytest.mark.parametrize("source", [_source(n) for n in (8, 16, 32, 64, 128, 256)] + [
+    NMAJOR.replace("NCOL", str(n)).replace("WGMMA_NMAJOR", f"wgmma_m64n{n}k16_bf16_nmajor") for n in (8, 256)] + [
+    CHAIN, SWIZZLED, SWIZZLED_NMAJOR], ids=[f"n{n}" for n in (8, 16, 32, 64, 128, 256)] + [
+    "nmajor-n8", "nmajor-n256", "chain", "swizzled", "swizzled-nmajor"])
 def test_nvcc_accepts_every_width_and_layout_of_the_gpu_header(tmp_path, source):
     (tmp_path / "kernel.cu").write_text(source)
     p = subprocess.run(["nvcc", "--cubin", "-arch=sm_90a", f"-I{PYCUDA_INCLUDE_DIR}", "-o", str(tmp_path / "k.cubin"),

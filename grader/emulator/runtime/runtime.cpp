@@ -61,6 +61,7 @@ struct Fiber {
         float* d;
         int n;
         uint64_t a, b;
+        bool nmajor_b;                      // B N-major (K x N): wgmma_m64n*k16_bf16_nmajor
         std::vector<float> c;
         bool chained;
         int group, line;
@@ -68,6 +69,7 @@ struct Fiber {
     };
     std::vector<Wgmma> wgmmas;
     int wgmma_committed;
+    std::vector<const void*> fenced_maps;  // the tensor maps it has fenced (fence_proxy_tensormap)
 };
 
 // An mbarrier (the course's Hopper header, include/hopper.cuh): its phase completes when the expected
@@ -463,6 +465,7 @@ static void run_block(uint3 bid) {
         f.stores_done = 0;
         f.wgmmas.clear();
         f.wgmma_committed = 0;
+        f.fenced_maps.clear();
     }
     if (L.sequential) L.fibers[0].sp = fiber_init(stacks + page_size(), stack_size + kColourSpan, sequential_main);
     for (size_t w = 0; w < L.warps.size(); w++) {
@@ -674,6 +677,11 @@ extern "C" void __emu_bulk_copy(int line, void* dst, const void* src, unsigned b
 // grader/emulator/tensor_map.py), its elements outside the matrix landing as zeros, as on the GPU.
 static const uint64_t kTensorMapMagic = 0x3250414d54554d45ull;     // "EMUTMAP2"
 
+extern "C" void __emu_fence_proxy_tensormap(const void* map) {
+    std::vector<const void*>& fenced = cur->fenced_maps;
+    if (std::find(fenced.begin(), fenced.end(), map) == fenced.end()) fenced.push_back(map);
+}
+
 extern "C" void __emu_tma_load_2d(int line, void* dst, const void* map, int x, int y, void* bar) {
     Mbarrier& m = mbarrier_at(line, bar, "a tensor copy", CALLER_PC);
     const std::string head = "kernel '" + std::string(L.kernel) + "', " + where() + ": the tensor copy on line " +
@@ -682,6 +690,11 @@ extern "C" void __emu_tma_load_2d(int line, void* dst, const void* map, int x, i
     if (w[0] != kTensorMapMagic)
         fail(kLaunchFailure, head + "reads a tensor map that tensor_map_2d() did not make (pass the map itself, by "
                                     "value: const __grid_constant__ TensorMap map)");
+    const std::vector<const void*>& fenced = cur->fenced_maps;
+    if (std::find(fenced.begin(), fenced.end(), map) == fenced.end())
+        fail(kLaunchFailure, head + "reads a tensor map its thread has not fenced: fence_proxy_tensormap(&map) once, "
+                                    "before the thread's first copy through it (the host wrote the map; the copies "
+                                    "read it through the tensor-map proxy, which may hold an older map at that address)");
     const uint64_t base = w[1], esize = w[2], width = w[3], height = w[4], stride = w[5], bw = w[6], bh = w[7];
     const uint64_t swizzle = w[8];
     const size_t bytes = size_t(bw * bh * esize);
@@ -751,7 +764,7 @@ extern "C" void __emu_fence_proxy_async(void) {
 
 // ---- wgmma (include/hopper.cuh) ---------------------------------------------------------
 // A warpgroup's D (64 x n) = A (64 x 16) B (16 x n) + D, bf16 operands in shared memory by descriptor, K-major
-// (wgmma_operand), FP32 accumulators in registers: thread t of the warpgroup holds, in its register i, D[16 (t / 32) +
+// or, for B, N-major (wgmma_operand), FP32 accumulators in registers: thread t of the warpgroup holds, in its register i, D[16 (t / 32) +
 // (t % 32) / 4 + 8 ((i / 2) % 2)][2 (t % 4) + i % 2 + 8 (i / 4)], as on the GPU. Each thread's part is computed
 // at the wait that completes its group, from shared memory as it is then (the latest a GPU may read it), and
 // until then its accumulators hold NaN: a GPU's hold no result before that wait either.
@@ -777,16 +790,22 @@ extern "C" unsigned long long __emu_wgmma_descriptor(int line, const void* tile,
            (swizzle128 ? uint64_t(1) << 62 : 0);
 }
 
-// Row `row`, element k of a K-major operand: without swizzle in core matrices of 8 rows x 16 bytes; with the
-// 128-byte swizzle in rows of 128 bytes, 8 to an SBO, each 16-byte chunk moved by the address's bits 7 to 9
-// (the row's index in its 1024-byte atom), as the tensor copy with that swizzle lays them.
-static const unsigned char* wgmma_operand(const Fiber::Wgmma& op, uint64_t desc, int row, int k, const char* which) {
+// Row `row` (of A, or column of B), element k of an operand: K-major, without swizzle in core matrices of 8
+// rows x 16 bytes, with the 128-byte swizzle in rows of 128 bytes, 8 to an SBO; N-major (B), 16-byte chunks of 8
+// columns at one k, without swizzle 8 values of k in a core matrix, LBO along K and SBO along N (as an H100 reads
+// them: tests/test_wgmma_layout.py), with the swizzle rows of 64 columns at one k, 8 to an SBO, LBO between
+// blocks of 64 columns. Swizzled, each 16-byte chunk moves by its address's bits 7 to 9 (the row's index in its
+// 1024-byte atom), as the tensor copy with that swizzle lays them.
+static const unsigned char* wgmma_operand(const Fiber::Wgmma& op, uint64_t desc, int row, int k, bool nmajor,
+                                          const char* which) {
     const uintptr_t offset = uintptr_t(desc & 0x3FFF) << 4, lbo = uintptr_t((desc >> 16) & 0x3FFF) << 4,
                     sbo = uintptr_t((desc >> 32) & 0x3FFF) << 4;
     const bool swizzled = (desc >> 62) == 1;
-    const uintptr_t at = offset + uintptr_t(row / 8) * sbo +
-                         (swizzled ? uintptr_t(row % 8) * 128 + uintptr_t(k) * 2
-                                   : uintptr_t(k / 8) * lbo + uintptr_t(row % 8) * 16 + uintptr_t(k % 8) * 2);
+    const uintptr_t r = uintptr_t(row), kk = uintptr_t(k);
+    const uintptr_t at = offset + (!nmajor ? (r / 8) * sbo + (swizzled ? (r % 8) * 128 + kk * 2
+                                                                      : (kk / 8) * lbo + (r % 8) * 16 + (kk % 8) * 2)
+                                  : swizzled ? (r / 64) * lbo + (kk / 8) * sbo + (kk % 8) * 128 + (r % 64) * 2
+                                             : (r / 8) * sbo + (kk / 8) * lbo + (kk % 8) * 16 + (r % 8) * 2);
     const uintptr_t chunk = at - at % 16;
     const size_t fixed = size_t(L.mod->shared_end - L.mod->shared_begin), dyn = shared_window_dynamic();
     const unsigned char* base = nullptr;
@@ -798,8 +817,8 @@ static const unsigned char* wgmma_operand(const Fiber::Wgmma& op, uint64_t desc,
     }
     if (base != nullptr) return base + at % 16;
     fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": the wgmma on line " + std::to_string(op.line) +
-                             " reads its " + which + " operand's row " + std::to_string(row) + ", k " + std::to_string(k) +
-                             " outside the block's shared memory (its descriptor's address, LBO or SBO?)");
+                             " reads its " + which + " operand's " + (nmajor ? "column " : "row ") + std::to_string(row) +
+                             ", k " + std::to_string(k) + " outside the block's shared memory (its descriptor's address, LBO or SBO?)");
 }
 
 static float bf16_at(const unsigned char* p) {
@@ -811,18 +830,22 @@ static float bf16_at(const unsigned char* p) {
     return x;
 }
 
-// What a thread's part of a wgmma reads, its rows of A and its columns of B, for the analysis: at the issue and
-// at the wait, the two ends of the time a GPU may read them.
+// What a thread's part of a wgmma reads, its rows of A and its columns of B (of an N-major B, its values of k),
+// 16-byte chunks, for the analysis: at the issue and at the wait, the two ends of the time a GPU may read them.
 static void analyse_wgmma_reads(const Fiber* f, const Fiber::Wgmma& op) {
     if (!analysis::enabled()) return;
     const int t = int(f->linear % 128), warp = t / 32, lane = t % 32;
     for (int half = 0; half < 2; half++) {
         for (int r = 0; r < 2; r++)
-            analysis::async_read(wgmma_operand(op, op.a, 16 * warp + lane / 4 + 8 * r, 8 * half, "A"), 16, f->linear, op.pc);
+            analysis::async_read(wgmma_operand(op, op.a, 16 * warp + lane / 4 + 8 * r, 8 * half, false, "A"), 16,
+                                 f->linear, op.pc);
         for (int j = 0; j < op.n / 8; j++)
-            for (int c = 0; c < 2; c++)
-                analysis::async_read(wgmma_operand(op, op.b, 8 * j + 2 * (lane % 4) + c, 8 * half, "B"), 16, f->linear,
-                                     op.pc);
+            for (int c = 0; c < 2; c++) {
+                const unsigned char* chunk = op.nmajor_b
+                    ? wgmma_operand(op, op.b, 8 * j, 8 * half + 2 * (lane % 4) + c, true, "B")
+                    : wgmma_operand(op, op.b, 8 * j + 2 * (lane % 4) + c, 8 * half, false, "B");
+                analysis::async_read(chunk, 16, f->linear, op.pc);
+            }
     }
 }
 
@@ -837,7 +860,8 @@ static void complete_wgmma(Fiber* f, size_t at) {
         const int row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2), col = 2 * (lane % 4) + i % 2 + 8 * (i / 4);
         float sum = size_t(i) < op.c.size() ? op.c[size_t(i)] : 0.0f;
         for (int k = 0; k < 16; k++)
-            sum += bf16_at(wgmma_operand(op, op.a, row, k, "A")) * bf16_at(wgmma_operand(op, op.b, col, k, "B"));
+            sum += bf16_at(wgmma_operand(op, op.a, row, k, false, "A")) *
+                   bf16_at(wgmma_operand(op, op.b, col, k, op.nmajor_b, "B"));
         r[size_t(i)] = sum;
     }
     for (size_t j = at + 1; j < f->wgmmas.size(); j++) {
@@ -852,7 +876,8 @@ static void complete_wgmma(Fiber* f, size_t at) {
     std::copy(r.begin(), r.end(), op.d);
 }
 
-extern "C" void __emu_wgmma(int line, float* d, int n, unsigned long long a, unsigned long long b, int scale_d) {
+extern "C" void __emu_wgmma(int line, float* d, int n, unsigned long long a, unsigned long long b, int scale_d,
+                            int nmajor_b) {
     Fiber* f = cur;
     const std::string head = "kernel '" + std::string(L.kernel) + "', " + where() + ": the wgmma on line " + std::to_string(line) + " ";
     if (int(f->linear / 128) * 128 + 128 > L.nthreads)
@@ -861,7 +886,7 @@ extern "C" void __emu_wgmma(int line, float* d, int n, unsigned long long a, uns
     if ((a >> 62) > 1 || (b >> 62) > 1)
         fail(kLaunchFailure, head + "has a descriptor with a swizzle the course's header does not make (none, or 128 bytes)");
     const bool in_flight = std::any_of(f->wgmmas.begin(), f->wgmmas.end(), [d](const Fiber::Wgmma& w) { return w.d == d; });
-    Fiber::Wgmma op{d, n, a, b, {}, scale_d && in_flight, -1, line, CALLER_PC};
+    Fiber::Wgmma op{d, n, a, b, nmajor_b != 0, {}, scale_d && in_flight, -1, line, CALLER_PC};
     if (scale_d && !in_flight) op.c.assign(d, d + n / 2);
     std::fill(d, d + n / 2, std::numeric_limits<float>::quiet_NaN());
     analyse_wgmma_reads(f, op);

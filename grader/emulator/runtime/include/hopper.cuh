@@ -12,19 +12,24 @@
 //   bulk_commit_group();                      // the bulk stores issued since the last commit form a group
 //   bulk_wait_group_read(n);                  // until at most n groups still read shared memory (n: a constant)
 //   fence_proxy_async();                      // this thread's shared stores, before a bulk copy reads or overwrites them
+//   fence_proxy_tensormap(&map);              // once per thread, before its first tensor copy through `map`
 //   tma_load_2d(dst, &map, x, y, &full);      // a box of a matrix (tensor map from the host: grader.kernels.
 //                                             // tensor_map.tensor_map_2d) at column x, row y, landing on `full`;
 //                                             // its elements outside the matrix land as zeros; dst 128-byte aligned
-//   uint64_t a = wgmma_descriptor(tile, lbo, sbo);  // a bf16 operand in shared memory, K-major core matrices of
-//                                             // 8 rows x 16 bytes, no swizzle: LBO bytes between core matrices
-//                                             // along K, SBO along M (A) or N (B); tile 16-byte aligned
-//   uint64_t a = wgmma_descriptor_swizzle128(tile, sbo);  // the same, laid out as a tensor copy with
-//                                             // swizzle=128 lands it: rows of 128 bytes (64 elements of K), SBO
-//                                             // bytes between groups of 8 rows (1024 when dense); a slice of K
-//                                             // 16 wide starts 32 bytes further along the rows (tile + 16 s)
+//   uint64_t a = wgmma_descriptor(tile, lbo, sbo);  // a bf16 operand in shared memory, no swizzle: core
+//                                             // matrices of 8 rows x 16 bytes (8 elements of K; for an N-major
+//                                             // B 8 columns at one k), LBO bytes between core matrices along K,
+//                                             // SBO along M (A) or N (B); tile 16-byte aligned
+//   uint64_t a = wgmma_descriptor_swizzle128(tile, lbo, sbo);  // the same, laid out as a tensor copy with
+//                                             // swizzle=128 lands it: rows of 128 bytes (64 elements of K; for an
+//                                             // N-major B 64 columns at one k), SBO bytes between groups of 8 rows
+//                                             // (1024 when dense); LBO between blocks of 64 columns of an N-major
+//                                             // B (ignored otherwise); a slice of K 16 wide starts 32 bytes further
+//                                             // along the rows (tile + 16 s), or 16 rows further for an N-major B
 //   wgmma_fence();                            // before a warpgroup's first wgmma on accumulators it wrote
 //   wgmma_m64n64k16_bf16(d, a, b, scale_d);   // D (64 x 64) = A (64 x 16) B (16 x 64) + (scale_d ? D : 0), by the
-//                                             // warpgroup's 128 threads, each with float d[32] (n8 ... n256: d[n / 2])
+//                                             // warpgroup's 128 threads, each with float d[32] (n8 ... n256: d[n / 2]);
+//                                             // B K-major (N x K); wgmma_m64n64k16_bf16_nmajor: B N-major (K x N)
 //   wgmma_commit_group();                     // the wgmmas issued since the last commit form a group
 //   wgmma_wait_group(n);                      // until at most n groups are pending (n: a constant); d is
 //                                             // the result only after it
@@ -48,9 +53,10 @@ void __emu_bulk_store(int line, void* dst, const void* src, unsigned bytes);
 void __emu_bulk_commit(void);
 void __emu_bulk_wait(int pending);
 void __emu_fence_proxy_async(void);
+void __emu_fence_proxy_tensormap(const void* map);
 void __emu_tma_load_2d(int line, void* dst, const void* map, int x, int y, void* bar);
 unsigned long long __emu_wgmma_descriptor(int line, const void* tile, unsigned lbo, unsigned sbo, int swizzle128);
-void __emu_wgmma(int line, float* d, int n, unsigned long long a, unsigned long long b, int scale_d);
+void __emu_wgmma(int line, float* d, int n, unsigned long long a, unsigned long long b, int scale_d, int nmajor_b);
 void __emu_wgmma_commit(void);
 void __emu_wgmma_wait(int pending);
 }
@@ -67,20 +73,27 @@ struct TensorMap { alignas(64) unsigned long long opaque[16]; };
 #define bulk_commit_group() __emu_bulk_commit()
 #define bulk_wait_group_read(n) __emu_bulk_wait(n)
 #define fence_proxy_async() __emu_fence_proxy_async()
+#define fence_proxy_tensormap(map) __emu_fence_proxy_tensormap(map)
 #define tma_load_2d(dst, map, x, y, bar) __emu_tma_load_2d(__LINE__, (dst), (map), (x), (y), (bar))
 static inline void fence_mbarrier_init() {}
 #define wgmma_descriptor(tile, lbo, sbo) __emu_wgmma_descriptor(__LINE__, (tile), (lbo), (sbo), 0)
-#define wgmma_descriptor_swizzle128(tile, sbo) __emu_wgmma_descriptor(__LINE__, (tile), 16, (sbo), 1)
+#define wgmma_descriptor_swizzle128(tile, lbo, sbo) __emu_wgmma_descriptor(__LINE__, (tile), (lbo), (sbo), 1)
 static inline void wgmma_fence() {}
-#define __EMU_WGMMA(n, d, a, b, scale_d) do {                                                               \
+#define __EMU_WGMMA(n, d, a, b, scale_d, nmajor_b) do {                                                     \
         static_assert(sizeof(d) == (n) / 2 * sizeof(float), "a wgmma of n columns takes float[n / 2] accumulators"); \
-        __emu_wgmma(__LINE__, (d), (n), (a), (b), (scale_d));                                                   \
+        __emu_wgmma(__LINE__, (d), (n), (a), (b), (scale_d), (nmajor_b));                                       \
     } while (0)
-#define wgmma_m64n8k16_bf16(d, a, b, scale_d) __EMU_WGMMA(8, d, a, b, scale_d)
-#define wgmma_m64n16k16_bf16(d, a, b, scale_d) __EMU_WGMMA(16, d, a, b, scale_d)
-#define wgmma_m64n32k16_bf16(d, a, b, scale_d) __EMU_WGMMA(32, d, a, b, scale_d)
-#define wgmma_m64n64k16_bf16(d, a, b, scale_d) __EMU_WGMMA(64, d, a, b, scale_d)
-#define wgmma_m64n128k16_bf16(d, a, b, scale_d) __EMU_WGMMA(128, d, a, b, scale_d)
-#define wgmma_m64n256k16_bf16(d, a, b, scale_d) __EMU_WGMMA(256, d, a, b, scale_d)
+#define wgmma_m64n8k16_bf16(d, a, b, scale_d) __EMU_WGMMA(8, d, a, b, scale_d, 0)
+#define wgmma_m64n8k16_bf16_nmajor(d, a, b, scale_d) __EMU_WGMMA(8, d, a, b, scale_d, 1)
+#define wgmma_m64n16k16_bf16(d, a, b, scale_d) __EMU_WGMMA(16, d, a, b, scale_d, 0)
+#define wgmma_m64n16k16_bf16_nmajor(d, a, b, scale_d) __EMU_WGMMA(16, d, a, b, scale_d, 1)
+#define wgmma_m64n32k16_bf16(d, a, b, scale_d) __EMU_WGMMA(32, d, a, b, scale_d, 0)
+#define wgmma_m64n32k16_bf16_nmajor(d, a, b, scale_d) __EMU_WGMMA(32, d, a, b, scale_d, 1)
+#define wgmma_m64n64k16_bf16(d, a, b, scale_d) __EMU_WGMMA(64, d, a, b, scale_d, 0)
+#define wgmma_m64n64k16_bf16_nmajor(d, a, b, scale_d) __EMU_WGMMA(64, d, a, b, scale_d, 1)
+#define wgmma_m64n128k16_bf16(d, a, b, scale_d) __EMU_WGMMA(128, d, a, b, scale_d, 0)
+#define wgmma_m64n128k16_bf16_nmajor(d, a, b, scale_d) __EMU_WGMMA(128, d, a, b, scale_d, 1)
+#define wgmma_m64n256k16_bf16(d, a, b, scale_d) __EMU_WGMMA(256, d, a, b, scale_d, 0)
+#define wgmma_m64n256k16_bf16_nmajor(d, a, b, scale_d) __EMU_WGMMA(256, d, a, b, scale_d, 1)
 #define wgmma_commit_group() __emu_wgmma_commit()
 #define wgmma_wait_group(n) __emu_wgmma_wait(n)

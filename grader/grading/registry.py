@@ -16,6 +16,8 @@
     08   "sssp"                CUDA C (solutions/sssp.cu)         sssp-distances, sssp-path, sssp-races
     09   "warp-specialized"    CUDA C (solutions/                 tensor-gemm-correctness, tensor-gemm-races
                                warp-specialized-wmma.cu)          (the Hopper lab, in the making)
+    09   "warp-specialized-    CUDA C (solutions/                 wgmma-gemm-correctness, wgmma-gemm-races
+         wgmma"                warp-specialized-wgmma.cu)
 
 Every check follows grader.grading.protocol (collect in the sandbox, judge
 here); each is defined, as data, in its module under grader/grading/checks.
@@ -102,7 +104,10 @@ EXERCISES: dict[str, Exercise] = {
                  reference=transpose.TRANSPOSE.solution),
         Exercise("warp-specialized", "a warp-specialized bfloat16 GEMM: a producer warp's tensor copies through "
                  "an mbarrier ring, consumer warps on the tensor cores", tensor_cores.CHECKS,
-                 reference=tensor_gemm.WARP_SPECIALIZED.solution),
+                 reference=tensor_gemm.WARP_SPECIALIZED.kernels.solution),
+        Exercise("warp-specialized-wgmma", "a warp-specialized bfloat16 GEMM with wgmma: a producer warp's "
+                 "swizzled tensor copies through an mbarrier ring, two consumer warpgroups", tensor_cores.WGMMA_CHECKS,
+                 reference=tensor_gemm.WGMMA.kernels.solution),
         Exercise("minimums-host", "a host function: the two minimums of C = A B, found on the GPU",
                  minimums.HOST_CHECKS, host_function=minimums.HOST_FUNCTION),
         Exercise("pycuda-matmul", "a host function: C = A B with sgemm_coalesced, written in PyCUDA",

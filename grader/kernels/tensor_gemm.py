@@ -1,29 +1,54 @@
-"""The warp-specialized tensor-core GEMM (solutions/warp-specialized-wmma.cu): its host driver and its inputs.
+"""The tensor-core GEMMs of the Hopper lab: their host drivers and their inputs.
 
-The kernel is (const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap b_map, float* C,
+Each kernel is (const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap b_map, float* C,
 int M, int N, int K): A (M x K) and B (K x N) are row-major bfloat16 in device memory, each described by a
-tensor map of BM x BK and BK x BN boxes (grader.kernels.tensor_map), C (M x N) is row-major float. A block
-of THREADS threads (four consumer warps and a producer warp) computes a BM x BN tile of C; the grid covers C
-with ceil(N / BN) x ceil(M / BM) blocks. M, N and K are multiples of 8: a tensor map needs rows of a
-multiple of 16 bytes.
+tensor map (grader.kernels.tensor_map) of the boxes the kernel loads, C (M x N) is row-major float. A block
+computes a BM x BN tile of C; the grid covers C with ceil(N / BN) x ceil(M / BM) blocks. M, N and K are
+multiples of 8: a tensor map needs rows of a multiple of 16 bytes.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from grader.kernels import bf16, sgemm
-from grader.kernels.sgemm import driver_of
+from grader.kernels.sgemm import allow_shared, driver_of
 from grader.kernels.stages import Launch, cdiv
 from grader.kernels.tensor_map import tensor_map_2d
 from grader.platform.compiler import Kernels
 
-WARP_SPECIALIZED = Kernels("warp-specialized-wmma.cu", ("gemm_bf16",), no_extern_c=True)
-BM, BN, BK, THREADS = 64, 64, 32, 160
+
+@dataclass(frozen=True)
+class TensorGemm:
+    """A kernel of the lab, with what its launch needs: the tile, the threads, the boxes its tensor maps
+    describe ((rows, columns) of A and of B), their swizzle and the dynamic shared memory (bytes)."""
+    kernels: Kernels
+    name: str
+    bm: int
+    bn: int
+    threads: int
+    a_box: tuple[int, int]
+    b_box: tuple[int, int]
+    swizzle: int = 0
+    shared: int = 0
+
+    def launch(self, M: int, N: int) -> Launch:
+        """The grid and block the grader launches the kernel with."""
+        return Launch(grid=(cdiv(N, self.bn), cdiv(M, self.bm), 1), block=(self.threads, 1, 1), shared=self.shared)
+
+    def geometry(self) -> str:
+        return f"grid ceil(N / {self.bn}) x ceil(M / {self.bm}) blocks of {self.threads} threads"
 
 
-def launch(M: int, N: int) -> Launch:
-    """The grid and block the grader launches the kernel with."""
-    return Launch(grid=(cdiv(N, BN), cdiv(M, BM), 1), block=(THREADS, 1, 1))
+# Warps 0-3 consume 64 x 64 tiles in wmma fragments, warp 4 produces (BK 32, three stages in static memory).
+WARP_SPECIALIZED = TensorGemm(Kernels("warp-specialized-wmma.cu", ("gemm_bf16",), no_extern_c=True), "gemm_bf16",
+                              bm=64, bn=64, threads=160, a_box=(64, 32), b_box=(32, 64))
+# Two consumer warpgroups of wgmma on 128 x 128 tiles, a producer warp, four stages of 64 x 64 swizzled boxes
+# (BK 64) in dynamic shared memory, 1 KiB more to align them.
+WGMMA = TensorGemm(Kernels("warp-specialized-wgmma.cu", ("gemm_wgmma",), no_extern_c=True, arch="sm_90a"),
+                   "gemm_wgmma", bm=128, bn=128, threads=288, a_box=(128, 64), b_box=(64, 64), swizzle=128,
+                   shared=4 * (128 * 64 + 64 * 128) * 2 + 1024)
 
 
 def inputs(M: int, N: int, K: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -32,21 +57,23 @@ def inputs(M: int, N: int, K: int, rng: np.random.Generator) -> tuple[np.ndarray
             bf16.to_bits(rng.standard_normal((K, N), dtype=np.float32)))
 
 
-def run_guarded(function, A: np.ndarray, B: np.ndarray, guard: int, guard_bits: np.uint32):
-    """C = A B with C poisoned and `guard` floats of `guard_bits` before and after it in the same allocation
-    (grader.kernels.sgemm.run_guarded). Returns (C, offsets of changed guard floats before C (negative),
-    offsets of those after its end)."""
+def run_guarded(gemm: TensorGemm, function, A: np.ndarray, B: np.ndarray, guard: int, guard_bits: np.uint32):
+    """C = A B by `gemm`'s kernel `function`, with C poisoned and `guard` floats of `guard_bits` before and
+    after it in the same allocation (grader.kernels.sgemm.run_guarded). Returns (C, offsets of changed guard
+    floats before C (negative), offsets of those after its end)."""
     drv = driver_of(function)
     (M, K), N = A.shape, B.shape[1]
     a, b = drv.to_device(np.ascontiguousarray(A)), drv.to_device(np.ascontiguousarray(B))
-
     on_emulator = sgemm.emulated(function)
+    allow_shared(function, gemm.shared)
 
     def launch_at(c: int) -> None:
-        lc = launch(M, N)
-        function(tensor_map_2d(int(a), A.shape, (BM, BK), np.uint16, bfloat16=True, on_emulator=on_emulator),
-                 tensor_map_2d(int(b), B.shape, (BK, BN), np.uint16, bfloat16=True, on_emulator=on_emulator),
-                 np.uintp(c), np.int32(M), np.int32(N), np.int32(K), grid=lc.grid[:2], block=lc.block)
+        lc = gemm.launch(M, N)
+        function(*(tensor_map_2d(int(x), x_shape, box, np.uint16, bfloat16=True, swizzle=gemm.swizzle,
+                                 on_emulator=on_emulator) for x, x_shape, box in ((a, A.shape, gemm.a_box),
+                                                                                  (b, B.shape, gemm.b_box))),
+                 np.uintp(c), np.int32(M), np.int32(N), np.int32(K), grid=lc.grid[:2], block=lc.block,
+                 shared=lc.shared)
 
     C, before, after = sgemm.run_guarded(drv, M * N, guard, guard_bits, launch_at, (a, b))
     return C.reshape(M, N), before, after

@@ -73,7 +73,7 @@ def _compile_error_log(error, emulated: bool, no_extern_c: bool) -> str:
 
 
 def compile_kernels(source: str, kernels, options=(), on_emulator: bool = False,
-                    no_extern_c: bool = False) -> tuple[dict, str]:
+                    no_extern_c: bool = False, arch: str | None = None) -> tuple[dict, str]:
     """({name: Function}, compiler log) for the named kernels of `source`.
     Raises CompileFailed."""
     driver, SourceModule = drivers(on_emulator)
@@ -83,10 +83,12 @@ def compile_kernels(source: str, kernels, options=(), on_emulator: bool = False,
         if refused:
             raise CompileFailed(policy.refusal_text(refused))
     # The course's own headers (hopper.cuh) for nvcc; the emulator has its own in its include path.
-    headers = {} if emulated else {"include_dirs": [str(build.PYCUDA_INCLUDE_DIR)]}
+    extra = {} if emulated else {"include_dirs": [str(build.PYCUDA_INCLUDE_DIR)]}
+    if arch is not None:
+        extra["arch"] = arch
     with captured() as log:
         try:
-            module = SourceModule(source, options=list(options), no_extern_c=no_extern_c, **headers)
+            module = SourceModule(source, options=list(options), no_extern_c=no_extern_c, **extra)
         except driver.CompileError as e:
             raise CompileFailed(_compile_error_log(e, emulated, no_extern_c)) from None
         functions = {}
@@ -96,18 +98,20 @@ def compile_kernels(source: str, kernels, options=(), on_emulator: bool = False,
             except driver.LogicError:
                 raise CompileFailed(f"the source compiles but has no kernel named '{name}' (extern \"C\" is "
                                     "not needed; check the name)") from None
-    extra = getattr(module, "compile_log", "")
-    text = "\n".join(([extra] if extra else []) + log).strip()
+    own_log = getattr(module, "compile_log", "")
+    text = "\n".join(([own_log] if own_log else []) + log).strip()
     return functions, normalise_log(text, 0 if emulated or no_extern_c else 1)
 
 
 @dataclass(frozen=True)
 class Kernels:
     """A solution file of solutions/ and the kernels it must define (with no_extern_c, the source declares
-    its kernels extern "C" itself: it includes C++ headers such as mma.h)."""
+    its kernels extern "C" itself: it includes C++ headers such as mma.h; arch: nvcc's, when the kernels
+    need more than the device's, as wgmma needs sm_90a)."""
     file: str
     names: tuple[str, ...]
     no_extern_c: bool = False
+    arch: str | None = None
 
     def solution(self) -> str:
         return (SOLUTIONS_DIR / self.file).read_text()
@@ -119,4 +123,4 @@ class Kernels:
     def compile(self, source: str | None = None, on_emulator: bool = False, options=()) -> tuple[dict, str]:
         """({name: Function}, compiler log) of `source` (the reference solution by default)."""
         return compile_kernels(self.solution() if source is None else source, self.names, options, on_emulator,
-                               self.no_extern_c)
+                               self.no_extern_c, self.arch)

@@ -1,5 +1,6 @@
-"""The warp-specialized tensor-core GEMM (solutions/warp-specialized-wmma.cu; host driver
-grader.kernels.tensor_gemm), C = A B with A and B in bfloat16 and C accumulated in float:
+"""The tensor-core GEMMs of the Hopper lab (host drivers in grader.kernels.tensor_gemm), C = A B with A and B
+in bfloat16 and C accumulated in float; for the wmma kernel (solutions/warp-specialized-wmma.cu) CHECKS,
+for the wgmma one (solutions/warp-specialized-wgmma.cu) WGMMA_CHECKS, named wgmma-gemm-...:
 
     tensor-gemm-correctness   every element of C within the rounding of a float32 accumulation of the exact
                               product (2 K float32 epsilons of sum_k |a_ik b_kj|), on shapes whose sides are
@@ -29,12 +30,14 @@ from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import bf16, tensor_gemm
 from grader.kernels.sgemm import driver_of, nan_hint
+from grader.kernels.tensor_gemm import TensorGemm
 
-# (M, N, K): multiples of 8, none of the tiles (64 x 64, BK 32) but the first; one tile of K, and K past the ring.
+# (M, N, K): multiples of 8, none of the tiles (64 x 64 or 128 x 128) but the first; one tile of K, and K past
+# either ring (3 x 32, 4 x 64).
 SHAPES = [(64, 64, 64), (8, 8, 8), (96, 80, 72), (200, 136, 40), (72, 200, 264)]
 LARGE_EMULATOR = (128, 192, 256)
 LARGE_GPU = (2048, 3000, 1024)
-RACES_SHAPE = (96, 80, 136)
+RACES_SHAPE = (72, 80, 328)            # K past either ring: a stage is refilled
 GUARD = 4096
 SHOW = 3
 
@@ -55,59 +58,61 @@ def _compare(C: np.ndarray, A: np.ndarray, B: np.ndarray) -> str | None:
             f"(within {tolerance[r, c]:.2g}), got {C[r, c]:.6g}{nan_hint(C[r, c])}")
 
 
-def collect_correctness(source: str, seed: int, ctx: Context) -> Outputs:
-    meta, fns = start_collect(tensor_gemm.WARP_SPECIALIZED, source)
-    if fns is None:
-        return meta, {}
-    function = fns["gemm_bf16"]
-    rng = np.random.default_rng(seed)
-    operands = [tensor_gemm.inputs(*shape, rng) for shape in shapes(ctx.gpu)]
-    runs = [lambda A=A, B=B: tensor_gemm.run_guarded(function, A, B, GUARD, GUARD_BITS) for A, B in operands]
-    meta["shapes"], arrays = collect_guarded("tensor-gemm-correctness", runs, ctx.gpu, driver_of(function))
-    return meta, arrays
+def checks(gemm: TensorGemm, prefix: str) -> tuple[Check, Check]:
+    """The correctness and race checks of `gemm`'s kernel, named prefix-correctness and prefix-races."""
+    correctness, races = f"{prefix}-correctness", f"{prefix}-races"
+
+    def collect_correctness(source: str, seed: int, ctx: Context) -> Outputs:
+        meta, fns = start_collect(gemm.kernels, source)
+        if fns is None:
+            return meta, {}
+        function = fns[gemm.name]
+        rng = np.random.default_rng(seed)
+        operands = [tensor_gemm.inputs(*shape, rng) for shape in shapes(ctx.gpu)]
+        runs = [lambda A=A, B=B: tensor_gemm.run_guarded(gemm, function, A, B, GUARD, GUARD_BITS)
+                for A, B in operands]
+        meta["shapes"], arrays = collect_guarded(correctness, runs, ctx.gpu, driver_of(function))
+        return meta, arrays
+
+    def judge_correctness(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+        meta, arrays = outputs
+        if meta.get("compile_error") is not None:
+            return does_not_compile(correctness, meta["compile_error"], seed)
+        rng = np.random.default_rng(seed)
+        cases = [GuardedCase(f"M={M} N={N} K={K}", (M, N), "C", lambda C, said, AB=AB: _compare(C, *AB), "C correct")
+                 for M, N, K in shapes(ctx.gpu) for AB in [tensor_gemm.inputs(M, N, K, rng)]]
+        ok, lines = judge_guarded(list(meta.get("shapes", [])), arrays, cases)
+        head = (f"correct on all {len(cases)} shapes" if ok else "wrong") + f" (random seed {seed}; {gemm.geometry()})"
+        return CheckResult.make(correctness, ok, head + "\n" + "\n".join(lines), details={"seed": seed},
+                                output=meta.get("log", ""))
+
+    def launch(function, A: np.ndarray, B: np.ndarray):
+        """(C, failure reason or None)."""
+        drv = driver_of(function)
+        try:
+            C, _, _ = tensor_gemm.run_guarded(gemm, function, A, B, GUARD, GUARD_BITS)
+        except launch_errors(drv) as e:
+            return None, launch_failure(drv, e)
+        return C, None
+
+    def collect_races(source: str, seed: int, ctx: Context) -> Outputs:
+        meta, fns = start_collect(gemm.kernels, source, on_emulator=True)
+        if fns is None:
+            return meta, {}
+        A, B = tensor_gemm.inputs(*RACES_SHAPE, np.random.default_rng(seed))
+        ran, arrays = collect_in_orders(races, lambda: launch(fns[gemm.name], A, B))
+        return {**meta, **ran}, arrays
+
+    def judge_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+        M, N, K = RACES_SHAPE
+        return judge_in_orders(
+            races, seed, *outputs, f"M={M} N={N} K={K}", (M, N), "C", "race(s) on shared memory, e.g.",
+            "threads read a stage before its copy landed or after it was refilled: a wait on the wrong mbarrier or "
+            "parity, or a stage released before it was read?", "computes C", SHOW)
+
+    return (Check(correctness, collect_correctness, judge_correctness, timeout=300),
+            Check(races, collect_races, judge_races, timeout=300))
 
 
-def judge_correctness(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
-    meta, arrays = outputs
-    name = "tensor-gemm-correctness"
-    if meta.get("compile_error") is not None:
-        return does_not_compile(name, meta["compile_error"], seed)
-    rng = np.random.default_rng(seed)
-    cases = [GuardedCase(f"M={M} N={N} K={K}", (M, N), "C", lambda C, said, AB=AB: _compare(C, *AB), "C correct")
-             for M, N, K in shapes(ctx.gpu) for AB in [tensor_gemm.inputs(M, N, K, rng)]]
-    ok, lines = judge_guarded(list(meta.get("shapes", [])), arrays, cases)
-    head = (f"correct on all {len(cases)} shapes" if ok else "wrong") + \
-        f" (random seed {seed}; grid ceil(N / 64) x ceil(M / 64) blocks of {tensor_gemm.THREADS} threads)"
-    return CheckResult.make(name, ok, head + "\n" + "\n".join(lines), details={"seed": seed},
-                            output=meta.get("log", ""))
-
-
-def _launch(function, A: np.ndarray, B: np.ndarray):
-    """(C, failure reason or None)."""
-    drv = driver_of(function)
-    try:
-        C, _, _ = tensor_gemm.run_guarded(function, A, B, GUARD, GUARD_BITS)
-    except launch_errors(drv) as e:
-        return None, launch_failure(drv, e)
-    return C, None
-
-
-def collect_races(source: str, seed: int, ctx: Context) -> Outputs:
-    meta, fns = start_collect(tensor_gemm.WARP_SPECIALIZED, source, on_emulator=True)
-    if fns is None:
-        return meta, {}
-    A, B = tensor_gemm.inputs(*RACES_SHAPE, np.random.default_rng(seed))
-    ran, arrays = collect_in_orders("tensor-gemm-races", lambda: _launch(fns["gemm_bf16"], A, B))
-    return {**meta, **ran}, arrays
-
-
-def judge_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
-    M, N, K = RACES_SHAPE
-    return judge_in_orders(
-        "tensor-gemm-races", seed, *outputs, f"M={M} N={N} K={K}", (M, N), "C", "race(s) on shared memory, e.g.",
-        "threads read a stage before its copy landed or after it was refilled: a wait on the wrong mbarrier or "
-        "parity, or a stage released before it was read?", "computes C", SHOW)
-
-
-CHECKS = (Check("tensor-gemm-correctness", collect_correctness, judge_correctness, timeout=300),
-          Check("tensor-gemm-races", collect_races, judge_races, timeout=300))
+CHECKS = checks(tensor_gemm.WARP_SPECIALIZED, "tensor-gemm")
+WGMMA_CHECKS = checks(tensor_gemm.WGMMA, "wgmma-gemm")

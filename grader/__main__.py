@@ -12,6 +12,7 @@ Students and instructors:
 Maintainers (results/ records what they print):
   bench            every reference stage through the grader: GFLOPS against cuBLAS on a GPU
   bench-graphs     labs 7 and 8 (top-2, shortest paths) against their baselines
+  tensor-bench     the Hopper lab's tensor-core GEMMs against cuBLAS's BF16 GEMM on a GPU
   autotune         choose the warptiling kernel's configurations for the GPU at hand
   autograde-labs   every lab's reference through nbgrader, timed
   class-bench      a class of lab 02 graded serially and by workers sharing one GPU: times, scores, ratios
@@ -34,6 +35,7 @@ COMMANDS = {
     "publish": "grader.course.publish",
     "bench": "grader.programs.bench",
     "bench-graphs": "grader.programs.bench_graphs",
+    "tensor-bench": "grader.programs.tensor_bench",
     "autotune": "grader.programs.autotune",
     "autograde-labs": "grader.programs.autograde_labs",
     "class-bench": "grader.programs.class_bench",

@@ -80,6 +80,12 @@ def test_perf_pure_helpers():
     timing.check_plausible(50_000.0, 66.9e12, "cuBLAS")
     assert timing.arithmetic_intensity(4096, 4096, 4096) == pytest.approx(4096 / 6)
     assert devices.dram_bandwidth_from(3_201_000, 6144) == pytest.approx(4.917e12, rel=1e-3)   # H200: 4.8 TB/s spec
+    # the H100 and H200 at their reported 1.98 GHz: 1,070 TFLOPS (NVIDIA quotes 989 at 1.83 GHz)
+    assert devices.bf16_tensor_peak_from(132, 9, 0, 1_980_000) == pytest.approx(1.0705e15, rel=1e-3)
+    with pytest.raises(timing.ImpossibleResult, match="above the BF16 tensor-core peak"):
+        timing.check_plausible(1.1e6, 1.0705e15, "kernel", "BF16 tensor-core")
+    with pytest.raises(ValueError, match="unknown for compute capability 7.5"):
+        devices.bf16_tensor_peak_from(40, 7, 5, 1_590_000)
 
 
 def test_device_peaks_of_the_emulated_h200():

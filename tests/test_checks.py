@@ -139,7 +139,8 @@ def test_performance_not_graded_without_gpu_but_predicted():
 
 def test_thresholds_table_and_overrides(tmp_path, grader_settings):
     t = thresholds.load()
-    assert set(t["stages"]) == {s.id for s in __import__("grader.kernels.stages", fromlist=["STAGES"]).STAGES}
+    stage_ids = {s.id for s in __import__("grader.kernels.stages", fromlist=["STAGES"]).STAGES}
+    assert set(t["stages"]) == stage_ids | {"warp-specialized", "warp-specialized-wgmma"}     # + the tensor GEMMs
     assert thresholds.for_stage("naive").fraction_of_cublas == 0.007
     assert thresholds.for_stage("naive").size == (4096, 4096, 4096)
     db = thresholds.for_stage("double-buffering")

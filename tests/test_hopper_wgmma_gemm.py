@@ -32,6 +32,20 @@ def test_the_reference_passes_every_check():
         assert r.passed, r.text()
 
 
+@pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU it is timed")
+def test_its_speed_is_not_graded_without_a_gpu():
+    from grader.grading.report import NOT_GRADED
+    r = run_here("warp-specialized-wgmma", "wgmma-gemm-performance", SOURCE, 1)
+    assert r.status == NOT_GRADED and r.points == 0 and r.message.startswith("not graded: no GPU"), r.text()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(ON_EMULATOR, reason="needs a GPU")
+def test_on_a_gpu_the_reference_is_fast_enough():
+    r = run_here("warp-specialized-wgmma", "wgmma-gemm-performance", SOURCE, 1)
+    assert r.passed and "x cuBLAS" in r.message, r.text()
+
+
 @pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
 def test_a_stage_released_before_its_wgmmas_completed_is_a_race_naming_the_copies_and_the_wgmma():
     early = _variant(RELEASE, "            mbarrier_arrive(&empty[s]);")

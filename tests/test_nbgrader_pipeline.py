@@ -38,16 +38,17 @@ LAB1, NB1 = "01-naive-coalesced", "naive-coalesced"
 LAB2, NB2 = "02-smem-tiling", "smem-tiling"
 LAB3, NB3 = "07-minimums", "minimums"
 LAB4, NB4 = "08-shortest-paths", "shortest-paths"
+LAB5, NB5 = "09-tensor-cores-hopper", "tensor-cores-hopper"
 
 pytestmark = pytest.mark.pipeline
-NOTEBOOK = {LAB1: NB1, LAB2: NB2, LAB3: NB3, LAB4: NB4}
+NOTEBOOK = {LAB1: NB1, LAB2: NB2, LAB3: NB3, LAB4: NB4, LAB5: NB5}
 
 pytest.importorskip("nbgrader")
 
 import grader  # noqa: E402
 
 ON_GPU = grader.BACKEND.name == "gpu"
-PERF = {LAB1: 2.0, LAB2: 2.0}          # performance points per lab
+PERF = {LAB1: 2.0, LAB2: 2.0, LAB5: 3.0}          # performance points per lab
 QUESTIONS = {LAB1: 5.0, LAB2: 3.0}
 TOTAL = {LAB1: 17.0, LAB2: 11.0}
 COALESCING = 2.0                       # lab 1's coalescing cell (stage coalesced)
@@ -85,13 +86,16 @@ EXPECTED = {
 
 
 EXPECTED.update({(lab, "ref"): sum(points(lab).values()) for lab in (LAB3, LAB4)})      # no performance cells
+EXPECTED.update({(LAB5, "ref"): sum(points(LAB5).values()) - PERF[LAB5],
+                 (LAB5, "wrong-stride"): sum(points(LAB5).values()) - PERF[LAB5] - 3})   # the wgmma kernel's C
 # Performance points a GPU adds: every correct kernel's. A kernel must pass the
 # correctness check before its speed counts, so the broken ones add nothing.
 GPU_PERF = {(LAB1, "ref"): PERF[LAB1], (LAB1, "ref-from-text"): PERF[LAB1], (LAB1, "nobounds"): 1.0,   # its coalesced kernel is the reference
             (LAB1, "naiveorder"): 1.0,     # the naive kernel's; the uncoalesced one is too slow (0.010 of cuBLAS)
             (LAB2, "ref"): PERF[LAB2], (LAB2, "stderr"): PERF[LAB2], (LAB2, "tamper"): PERF[LAB2],
             (LAB2, "exit"): PERF[LAB2], (LAB2, "deleted-tests"): PERF[LAB2], (LAB2, "string-built"): PERF[LAB2],
-            (LAB2, "memory-bomb"): PERF[LAB2]}
+            (LAB2, "memory-bomb"): PERF[LAB2], (LAB5, "ref"): PERF[LAB5],
+            (LAB5, "wrong-stride"): 1.0}           # the wmma kernel's
 
 
 def _naive_order(cells):
@@ -219,6 +223,11 @@ def _forges(cells):
         "FILE* f = fopen(\"/tmp/forged\", \"w\"); if (f) fclose(f); }\n__global__ void", 1)
 
 
+def _wrong_stride(cells):
+    """Lab 9's wgmma kernel with B's descriptor stepping 512 bytes between groups of 8 rows of K, not 1024."""
+    replace(cells["ws-wgmma-kernel"], "BK * 128, 1024), kt > 0", "BK * 128, 512), kt > 0")
+
+
 def _string_built(cells):
     """The reference, built with ordinary string operations (an honest student's style)."""
     k = cells["smem-tiling-kernel"]
@@ -244,11 +253,12 @@ SUBMISSIONS = {
            "memory-bomb": _memory_bomb},
     LAB3: {"ref": None},
     LAB4: {"ref": None},
+    LAB5: {"ref": None, "wrong-stride": _wrong_stride},
 }
 # The notebooks that run in the sandboxed kernel: each lab's reference, and the submissions whose cells do
 # something when run (print to stderr, patch the grader, plant a build, end the kernel, take memory). The
 # others are graded from their text alone: the scores and test cells' outputs do not depend on a run.
-RUN = {(LAB1, "ref"), (LAB3, "ref"), (LAB4, "ref")} | {(LAB2, s) for s in (
+RUN = {(LAB1, "ref"), (LAB3, "ref"), (LAB4, "ref"), (LAB5, "ref")} | {(LAB2, s) for s in (
     "ref", "stderr", "tamper", "poison", "exit", "reads-solutions", "patches-numpy", "patches-grader", "hides-results",
     "poisons-env", "memory-bomb")}
 

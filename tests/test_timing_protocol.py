@@ -37,6 +37,7 @@ class FakeGpu:
 
     def __init__(self, cublas_error: float = 0.0, shape=(M, N, K)):
         self.M, self.N, self.K = m, n, k = shape
+        self.bf16 = False
         self.A = np.empty((m, k), np.float32)
         self.B = np.empty((k, n), np.float32)
         self.C = np.empty((m, n), np.float32)
@@ -301,7 +302,7 @@ def test_a_workload_compiles_the_checks_before_the_gpu_is_held_alone(fake_gpu_ba
     """CuPy compiles a round's kernels at their first call (seconds, with a new submission's empty cache):
     make_workload runs them once, so that none is compiled while the GPU's lock keeps other graders off."""
     made = []
-    monkeypatch.setattr(timing, "Workload", lambda *shape: made.append(FakeGpu(shape=shape)) or made[-1])
+    monkeypatch.setattr(timing, "Workload", lambda M, N, K, bf16: made.append(FakeGpu(shape=(M, N, K))) or made[-1])
     monkeypatch.setattr(timing, "gpu_lock", lambda **_: pytest.fail("the GPU's lock taken to compile"))
     w = timing.make_workload(M, N, K)
     assert made == [w] and (w.M, w.N, w.K) == (M, N, K)

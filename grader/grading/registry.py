@@ -14,9 +14,9 @@
     07   "sgemm-top2"          CUDA C (solutions/sgemm-top2.cu)   sgemm-top2-exact, sgemm-top2-races
     07   "minimums-host"       Python defining minimums(A, B)     host-transfers
     08   "sssp"                CUDA C (solutions/sssp.cu)         sssp-distances, sssp-path, sssp-races
-    09   "warp-specialized"    CUDA C (solutions/                 tensor-gemm-correctness, tensor-gemm-races
-                               warp-specialized-wmma.cu)          (the Hopper lab, in the making)
-    09   "warp-specialized-    CUDA C (solutions/                 wgmma-gemm-correctness, wgmma-gemm-races
+    09   "warp-specialized"    CUDA C (solutions/                 tensor-gemm-correctness, -races, -performance
+                               warp-specialized-wmma.cu)
+    09   "warp-specialized-    CUDA C (solutions/                 wgmma-gemm-correctness, -races, -performance
          wgmma"                warp-specialized-wgmma.cu)
 
 Every check follows grader.grading.protocol (collect in the sandbox, judge

@@ -57,6 +57,17 @@ def inputs(M: int, N: int, K: int, rng: np.random.Generator) -> tuple[np.ndarray
             bf16.to_bits(rng.standard_normal((K, N), dtype=np.float32)))
 
 
+def launcher(gemm: TensorGemm, function, a: int, b: int, c: int, M: int, N: int, K: int, on_emulator: bool):
+    """A zero-argument launch of `gemm`'s kernel `function` on A (M x K) at device address a, B (K x N) at b
+    and C at c, its tensor maps made now."""
+    allow_shared(function, gemm.shared)
+    maps = [tensor_map_2d(x, shape, box, np.uint16, bfloat16=True, swizzle=gemm.swizzle, on_emulator=on_emulator)
+            for x, shape, box in ((a, (M, K), gemm.a_box), (b, (K, N), gemm.b_box))]
+    lc = gemm.launch(M, N)
+    return lambda: function(*maps, np.uintp(c), np.int32(M), np.int32(N), np.int32(K), grid=lc.grid[:2],
+                            block=lc.block, shared=lc.shared)
+
+
 def run_guarded(gemm: TensorGemm, function, A: np.ndarray, B: np.ndarray, guard: int, guard_bits: np.uint32):
     """C = A B by `gemm`'s kernel `function`, with C poisoned and `guard` floats of `guard_bits` before and
     after it in the same allocation (grader.kernels.sgemm.run_guarded). Returns (C, offsets of changed guard
@@ -65,15 +76,7 @@ def run_guarded(gemm: TensorGemm, function, A: np.ndarray, B: np.ndarray, guard:
     (M, K), N = A.shape, B.shape[1]
     a, b = drv.to_device(np.ascontiguousarray(A)), drv.to_device(np.ascontiguousarray(B))
     on_emulator = sgemm.emulated(function)
-    allow_shared(function, gemm.shared)
-
-    def launch_at(c: int) -> None:
-        lc = gemm.launch(M, N)
-        function(*(tensor_map_2d(int(x), x_shape, box, np.uint16, bfloat16=True, swizzle=gemm.swizzle,
-                                 on_emulator=on_emulator) for x, x_shape, box in ((a, A.shape, gemm.a_box),
-                                                                                  (b, B.shape, gemm.b_box))),
-                 np.uintp(c), np.int32(M), np.int32(N), np.int32(K), grid=lc.grid[:2], block=lc.block,
-                 shared=lc.shared)
-
-    C, before, after = sgemm.run_guarded(drv, M * N, guard, guard_bits, launch_at, (a, b))
+    C, before, after = sgemm.run_guarded(
+        drv, M * N, guard, guard_bits, lambda c: launcher(gemm, function, int(a), int(b), c, M, N, K, on_emulator)(),
+        (a, b))
     return C.reshape(M, N), before, after

@@ -10,7 +10,8 @@ The protocol (measure_sgemm(s), cublas_sgemm_time): `warmup` + `repeat`
    is compared with): C poisoned with NaN, the L2 flushed, the launch between
    two CUDA events; then A and B generated again from their keys, so that a
    kernel that wrote into its inputs does not change the reference;
-3. cuBLAS (CuPy, FP32, TF32 off), after the submission's launch, timed the
+3. cuBLAS (CuPy, FP32, TF32 off; for the tensor-core GEMMs, bfloat16 inputs
+   and FP32 accumulation), after the submission's launch, timed the
    same way (its output poisoned, the L2 flushed; A B A B with the kernels):
    cuBLAS's product of the round's inputs is never on the device while the
    submission runs; it is checked at positions drawn after the run against
@@ -51,7 +52,7 @@ import numpy as np
 from grader.kernels.sgemm import POISON_BITS, launcher, nan_hint, tolerance
 from grader.platform import settings
 from grader.platform.backend import current as current_backend
-from grader.platform.devices import device_peaks
+from grader.platform.devices import bf16_tensor_peak, device_peaks
 
 NO_GPU = "not timed: no GPU"
 MIN_REPEAT = 20
@@ -417,12 +418,12 @@ def gflops(M: int, N: int, K: int, seconds) -> float | NotTimed:
     return 2.0 * M * N * K / seconds / 1e9
 
 
-def check_plausible(gflops_value: float, peak_flops: float, what: str) -> None:
-    """Raise ImpossibleResult when a rate exceeds the FP32 peak."""
+def check_plausible(gflops_value: float, peak_flops: float, what: str, peak_name: str = "FP32") -> None:
+    """Raise ImpossibleResult when a rate exceeds the peak (FP32, or BF16 tensor-core)."""
     if gflops_value * 1e9 > peak_flops:
-        raise ImpossibleResult(f"{what}: {gflops_value:.0f} GFLOPS is above the FP32 peak of "
-                               f"{peak_flops / 1e9:.0f} GFLOPS: impossible, so rejected (TF32? zeros? "
-                               "a kernel that skips work?)")
+        hint = "TF32? zeros? a kernel that skips work?" if peak_name == "FP32" else "a kernel that skips work?"
+        raise ImpossibleResult(f"{what}: {gflops_value:.0f} GFLOPS is above the {peak_name} peak of "
+                               f"{peak_flops / 1e9:.0f} GFLOPS: impossible, so rejected ({hint})")
 
 
 # ---- timing ----------------------------------------------------------------------------
@@ -523,6 +524,15 @@ def _uniform_kernel():
     return cp.ElementwiseKernel("uint64 key", "float32 x", UNIFORM_SOURCE, "grader_uniform")
 
 
+@lru_cache(maxsize=None)
+def _bf16_kernel():
+    """x rounded towards zero to bfloat16: its bits (h) and its value as a float (y)."""
+    cp = _cupy()
+    return cp.ElementwiseKernel("float32 x", "uint16 h, float32 y",
+                                "const unsigned int u = __float_as_uint(x) & 0xFFFF0000u; "
+                                "h = (unsigned short)(u >> 16); y = __uint_as_float(u);", "grader_bf16")
+
+
 def tf32_state() -> str:
     """Raise unless CuPy's float32 matmul uses plain FP32; describe what was checked."""
     cp = _cupy()
@@ -547,22 +557,33 @@ def tf32_state() -> str:
 
 class Workload:
     """The device side of the protocol for one shape: A (M x K), B (K x N),
-    the kernels' C and cuBLAS's C_ref, float32 on the GPU (CuPy). Tests drive
-    run_rounds with a NumPy stand-in that has the same attributes and methods."""
+    the kernels' C and cuBLAS's C_ref, float32 on the GPU (CuPy). With bf16,
+    the inputs are bfloat16 values: their bits in A16 and B16 (what the kernels
+    and cuBLAS read), the same values as floats in A and B (what the checks
+    read). Tests drive run_rounds with a NumPy stand-in that has the same
+    attributes and methods."""
 
-    def __init__(self, M: int, N: int, K: int):
+    def __init__(self, M: int, N: int, K: int, bf16: bool = False):
         cp = _cupy()
-        tf32_state()
-        self.M, self.N, self.K = M, N, K
+        if not bf16:
+            tf32_state()
+        self.M, self.N, self.K, self.bf16 = M, N, K, bf16
         self.A = cp.empty((M, K), dtype=cp.float32)
         self.B = cp.empty((K, N), dtype=cp.float32)
         self.C = cp.empty((M, N), dtype=cp.float32)
         self.C_ref = cp.empty((M, N), dtype=cp.float32)
+        if bf16:
+            self.A16 = cp.empty((M, K), dtype=cp.uint16)
+            self.B16 = cp.empty((K, N), dtype=cp.uint16)
+            self._alpha_beta = np.array([1.0, 0.0], dtype=np.float32)
 
     def fill_inputs(self, keys: tuple[int, int]) -> None:
         fill = _uniform_kernel()
         fill(np.uint64(keys[0]), self.A)
         fill(np.uint64(keys[1]), self.B)
+        if self.bf16:
+            _bf16_kernel()(self.A, self.A16, self.A)
+            _bf16_kernel()(self.B, self.B16, self.B)
 
     def poison(self, name: str) -> None:
         getattr(self, name).view(np.uint32).fill(POISON_BITS)
@@ -573,7 +594,19 @@ class Workload:
                         self.C.data.ptr)
 
     def cublas(self) -> None:
-        _cupy().matmul(self.A, self.B, out=self.C_ref)
+        if not self.bf16:
+            _cupy().matmul(self.A, self.B, out=self.C_ref)
+            return
+        from cupy_backends.cuda.libs import cublas  # optional: CuPy's binding, only where there is a GPU
+        cp = _cupy()
+        handle = cp.cuda.device.get_cublas_handle()
+        cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
+        cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+        alpha, beta = self._alpha_beta.ctypes.data, self._alpha_beta.ctypes.data + 4
+        # row-major C = A B is column-major C^T = B^T A^T; CUDA_R_16BF = 14, CUDA_R_32F = 0
+        cublas.gemmEx(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, self.N, self.M, self.K, alpha,
+                      self.B16.data.ptr, 14, self.N, self.A16.data.ptr, 14, self.K, beta, self.C_ref.data.ptr, 0,
+                      self.N, cublas.CUBLAS_COMPUTE_32F, cublas.CUBLAS_GEMM_DEFAULT)
 
     @staticmethod
     def timed(launch):
@@ -593,14 +626,15 @@ class Workload:
         return end.time_since(start) / 1e3
 
 
-def make_workload(M: int, N: int, K: int):
-    """The buffers of one shape (a Workload), or NOT_TIMED on the emulator. One round's CuPy kernels (inputs,
+def make_workload(M: int, N: int, K: int, bf16: bool = False):
+    """The buffers of one shape (a Workload, of bfloat16 inputs with bf16), or NOT_TIMED on the emulator.
+    One round's CuPy kernels (inputs,
     poison, the checks of both outputs) run once on it here, so that they are compiled before the GPU's lock
     is held alone: with an empty CuPy cache (a new submission's) compiling them takes seconds, which would
     keep every other grader off the GPU."""
     if not on_gpu():
         return NOT_TIMED
-    w = Workload(M, N, K)
+    w = Workload(M, N, K, bf16)
     w.fill_inputs((1, 2))
     w.poison("C_ref")
     w.seconds(w.timed(w.cublas))
@@ -634,9 +668,11 @@ def output_problem(w) -> str:
                 f"{float(w.C_ref[r, c]):.6g}, kernel {float(got):.6g}{nan_hint(got)}")
     ratio = precision_ratio(w.C, w.C_ref, w.K)
     if ratio > MAX_PRECISION_RATIO:
+        cause = ("products accumulated in less than FP32 (FP16 accumulators?)" if w.bf16 else
+                 "reduced precision (TF32, FP16 or BF16 arithmetic)? The lab's SGEMM is FP32")
         return (f"every element is within the tolerance, but the error against cuBLAS is {ratio:.0f} x "
                 f"eps sqrt(K) RMS(C), where FP32 arithmetic gives about 0.2 (at most {MAX_PRECISION_RATIO:g}): "
-                "reduced precision (TF32, FP16 or BF16 arithmetic)? The lab's SGEMM is FP32")
+                f"{cause}")
     return ""
 
 
@@ -753,39 +789,50 @@ def measure_sgemm(function, launch, w, repeat: int = MIN_REPEAT, budget_s: float
 
 def measure_sgemms(kernels, w, repeat: int = MIN_REPEAT, budget_s: float | None = None,
                    peak_flops: float | None = None, lock_wait_s: float | None = None) -> list[Measurement]:
-    """Kernels [(Function, Launch)] on workload `w` under the protocol, the
+    """Kernels [(Function, Launch)] of the stage signature on workload `w` under the protocol, the
     submission's first, reference kernels after it, cuBLAS interleaved: a
     Measurement each (status "ok" with GFLOPS, or why not), all in the same
     rounds. `lock_wait_s`: how long to wait for the GPU's lock."""
     if not on_gpu() or isinstance(w, NotTimed):
         return [Measurement("not timed", NO_GPU) for _ in kernels]
+    return measure_launches([w.kernel(function, launch) for function, launch in kernels], w, repeat, budget_s,
+                            peak_flops, lock_wait_s)
+
+
+def measure_launches(launches, w, repeat: int = MIN_REPEAT, budget_s: float | None = None,
+                     peak_flops: float | None = None, lock_wait_s: float | None = None) -> list[Measurement]:
+    """measure_sgemms for launches already bound to w's buffers (zero-argument calls, the submission's
+    first): the tensor-core GEMMs, whose arguments are tensor maps of w.A16 and w.B16. Their rates are
+    checked against the BF16 tensor-core peak on a bf16 workload, else the FP32 peak."""
+    if not on_gpu() or isinstance(w, NotTimed):
+        return [Measurement("not timed", NO_GPU) for _ in launches]
     import pycuda.driver as drv
-    peak = peak_flops or fp32_peak()
+    peak_name = "BF16 tensor-core" if w.bf16 else "FP32"
+    peak = peak_flops or (bf16_tensor_peak(_context().Context.get_device()) if w.bf16 else fp32_peak())
     try:
-        launches = [w.kernel(function, launch) for function, launch in kernels]
         with gpu_lock(wait_s=lock_wait_s):
             timings = run_rounds(w, launches, repeat, budget_s=budget_s)
     except GpuBusy as e:
         return [Measurement("busy", f"{e} (the grader's limit, not the kernel's: regrade later)")
-                for _ in kernels]
+                for _ in launches]
     except WrongOutput as e:
-        if e.who == len(kernels):           # cuBLAS's product
-            return [Measurement("error", str(e)) for _ in kernels]
+        if e.who == len(launches):           # cuBLAS's product
+            return [Measurement("error", str(e)) for _ in launches]
         return [Measurement("wrong", str(e)) if i == e.who else
-                Measurement("not timed", f"the measurement stopped: kernel {e.who + 1} of {len(kernels)} was wrong")
-                for i in range(len(kernels))]
+                Measurement("not timed", f"the measurement stopped: kernel {e.who + 1} of {len(launches)} was wrong")
+                for i in range(len(launches))]
     except (drv.Error, RuntimeError) as e:      # a launch that failed (PyCUDA), or CuPy's call after it
-        return [Measurement("error", f"a launch failed: {type(e).__name__}: {e}") for _ in kernels]
+        return [Measurement("error", f"a launch failed: {type(e).__name__}: {e}") for _ in launches]
     if isinstance(timings, NotTimed):
-        return [Measurement("skipped", str(timings), timings) for _ in kernels]
+        return [Measurement("skipped", str(timings), timings) for _ in launches]
     M, N, K = w.M, w.N, w.K
     cb = gflops(M, N, K, timings[-1])
     out = []
     for timing in timings[:-1]:
         g = gflops(M, N, K, timing)
         try:
-            check_plausible(g, peak, "kernel")
-            check_plausible(cb, peak, "cuBLAS")
+            check_plausible(g, peak, "kernel", peak_name)
+            check_plausible(cb, peak, "cuBLAS", peak_name)
         except ImpossibleResult as e:
             out.append(Measurement("impossible", str(e), timing, g, cb))
             continue

@@ -66,6 +66,18 @@ def fp32_peak_from(sm_count: int, major: int, minor: int, clock_khz: int) -> flo
     return sm_count * fp32_lanes_per_sm(major, minor) * 2 * clock_khz * 1e3
 
 
+# Dense BF16 tensor-core FLOPs (FP32 accumulation) per SM per clock by compute capability: the A100's 312
+# TFLOPS at 1.41 GHz on 108 SMs, the L4's 121 at 2.04 GHz on 58, the H100 SXM's 989 at 1.83 GHz on 132.
+_BF16_TENSOR_FLOPS = {(8, 0): 2048, (8, 9): 1024, (9, 0): 4096}
+
+
+def bf16_tensor_peak_from(sm_count: int, major: int, minor: int, clock_khz: int) -> float:
+    """Dense BF16 tensor-core FLOP/s: SMs x FLOPs per SM per clock x clock."""
+    if (major, minor) not in _BF16_TENSOR_FLOPS:
+        raise ValueError(f"BF16 tensor-core rate unknown for compute capability {major}.{minor}")
+    return sm_count * _BF16_TENSOR_FLOPS[(major, minor)] * clock_khz * 1e3
+
+
 def dram_bandwidth_from(memory_clock_khz: int, bus_width_bits: int) -> float:
     """DRAM bytes/s: two transfers a clock (double data rate) x the bus width.
     The H200 reports 3201000 kHz and 6144 bits: 4.92e12 (NVIDIA quotes 4.8 TB/s)."""
@@ -181,6 +193,13 @@ def device_peaks(device=None) -> tuple[float, float]:
                            device_attribute(device, "CLOCK_RATE")),
             dram_bandwidth_from(device_attribute(device, "MEMORY_CLOCK_RATE"),
                                 device_attribute(device, "GLOBAL_MEMORY_BUS_WIDTH")))
+
+
+def bf16_tensor_peak(device=None) -> float:
+    """Dense BF16 tensor-core FLOP/s of a live device, from its attributes (a specification figure)."""
+    device = _default(device)
+    return bf16_tensor_peak_from(device_attribute(device, "MULTIPROCESSOR_COUNT"), *device.compute_capability(),
+                                 device_attribute(device, "CLOCK_RATE"))
 
 
 def function_resources(function) -> tuple[int, int]:

@@ -212,7 +212,7 @@ def _occupancy_row(st, function, cubin, occupancy, limits=None) -> list:
 
 
 # ---- GPU -------------------------------------------------------------------------------
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "gpu"
 
 
@@ -324,7 +324,7 @@ def run_gpu(stage_list, args, argv) -> int:
     say(ratio_table)
     say(summary)
 
-    out = Path(args.out) if args.out else ROOT / "results" / _slug(name)
+    out = Path(args.out) if args.out else ROOT / "results" / slug(name)
     out.mkdir(parents=True, exist_ok=True)
     command = recorded_command("bench", argv, on_gpu=True)
     device_info = {"name": name, "compute_capability": f"{cc[0]}.{cc[1]}",

@@ -40,7 +40,8 @@ def bar_chart(bars: list[tuple[str, float]], required: float, title: str) -> str
 
 
 
-def _measured(m) -> dict:
+def measured(m) -> dict:
+    """A Measurement as the grading process returns it."""
     return {"status": m.status, "detail": m.detail, "gflops": m.gflops, "cublas_gflops": m.cublas_gflops}
 
 
@@ -67,10 +68,10 @@ def collect(source: str, seed: int, ctx: Context) -> Outputs:
             return meta, arrays
         kernels.append((compile_kernel(prev), prev.launch(M, N, K)))
     # The GPU's lock: held exclusively by the process that started this one (Check.times_kernels).
-    measured = timing.measure_sgemms(kernels, timing.make_workload(M, N, K), budget_s=BUDGET_S)
-    meta["kernel"] = _measured(measured[0])
-    if len(measured) > 1:
-        meta["previous"] = _measured(measured[1])
+    results = timing.measure_sgemms(kernels, timing.make_workload(M, N, K), budget_s=BUDGET_S)
+    meta["kernel"] = measured(results[0])
+    if len(results) > 1:
+        meta["previous"] = measured(results[1])
     return meta, arrays
 
 
@@ -124,22 +125,27 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         # shape, which may be a tile multiple where a missing bounds check hides.
         return CheckResult(NAME, FAILED, "not timed: the kernel must pass the correctness check before its "
                            "speed counts", 0.0, output=log)
-    th = thresholds.for_stage(stage.id)
+    return rated(NAME, meta, thresholds.for_stage(stage.id), seed, log)
+
+
+def rated(name: str, meta: dict, th: thresholds.Threshold, seed: int, log: str) -> CheckResult:
+    """The verdict on a measurement (meta["kernel"], and meta["previous"] where the threshold names a
+    reference kernel) against threshold `th`: points, the message and the bar chart."""
     M, N, K = th.size
     shape = f"M={M} N={N} K={K}"
     m = meta.get("kernel") or {"status": "missing", "detail": "the grading process returned no measurement"}
     gflops, cublas = m.get("gflops"), m.get("cublas_gflops")
     if m.get("status") != "ok" or not isinstance(gflops, (int, float)) or not isinstance(cublas, (int, float)) \
             or cublas <= 0:
-        return CheckResult(NAME, FAILED, f"{shape}: not timed ({m.get('status')}): {m.get('detail')}", 0.0,
+        return CheckResult(name, FAILED, f"{shape}: not timed ({m.get('status')}): {m.get('detail')}", 0.0,
                            output=log, details={"status": m.get("status")})
     bars = [("your kernel", gflops), ("cuBLAS", cublas)]
     if th.fraction_of_previous is not None:
         pm = meta.get("previous") or {"status": "missing", "detail": "not measured"}
         if pm.get("status") == "no reference":
-            return CheckResult(NAME, NOT_GRADED, pm["detail"], 0.0, output=log)
+            return CheckResult(name, NOT_GRADED, pm["detail"], 0.0, output=log)
         if pm.get("status") != "ok" or not isinstance(pm.get("gflops"), (int, float)) or pm["gflops"] <= 0:
-            return CheckResult(NAME, FAILED, f"{shape}: the '{th.previous}' reference kernel could not be timed "
+            return CheckResult(name, FAILED, f"{shape}: the '{th.previous}' reference kernel could not be timed "
                                f"({pm.get('status')}: {pm.get('detail')}); ask your instructor", 0.0, output=log)
         required = th.fraction_of_previous * pm["gflops"]
         bars.append((f"'{th.previous}' reference", pm["gflops"]))
@@ -156,7 +162,7 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
            f"same inputs, {m.get('detail')}); needed {th.describe()} = {required:.0f} GFLOPS")
     if status == FAILED:
         msg += f"; partial credit {points:.2f} (0 at {lo:.0f} GFLOPS)" if points > 0 else ""
-    return CheckResult(NAME, status, msg, round(points, 3), figure=bar_chart(bars, required, shape),
+    return CheckResult(name, status, msg, round(points, 3), figure=bar_chart(bars, required, shape),
                        details={"gflops": gflops, "cublas_gflops": cublas, "ratio": ratio,
                                 "required_gflops": required, "seed": seed}, output=log)
 

@@ -9,11 +9,16 @@ for the wgmma one (solutions/warp-specialized-wgmma.cu) WGMMA_CHECKS, named wgmm
                               included: a stage refilled before its consumers released it, read before its
                               wait, an mbarrier used before its initialisation is ordered before the use), and
                               the same C in permuted thread orders (always on the emulator)
+    tensor-gemm-performance   on a GPU, once correct: GFLOPS against cuBLAS's GEMM of the same bfloat16
+                              inputs with FP32 accumulation, timed side by side under the protocol of
+                              grader.kernels.timing, and the exercise's threshold (thresholds.json); without
+                              a GPU, not graded
 """
 from __future__ import annotations
 
 import numpy as np
 
+from grader.grading.checks import performance, thresholds
 from grader.grading.checks.common import (
     GUARD_BITS,
     GuardedCase,
@@ -27,8 +32,8 @@ from grader.grading.checks.common import (
     start_collect,
 )
 from grader.grading.protocol import Check, Context, Outputs
-from grader.grading.report import CheckResult
-from grader.kernels import bf16, tensor_gemm
+from grader.grading.report import NOT_GRADED, PASSED, CheckResult
+from grader.kernels import bf16, tensor_gemm, timing
 from grader.kernels.sgemm import driver_of, nan_hint
 from grader.kernels.tensor_gemm import TensorGemm
 
@@ -58,9 +63,10 @@ def _compare(C: np.ndarray, A: np.ndarray, B: np.ndarray) -> str | None:
             f"(within {tolerance[r, c]:.2g}), got {C[r, c]:.6g}{nan_hint(C[r, c])}")
 
 
-def checks(gemm: TensorGemm, prefix: str) -> tuple[Check, Check]:
-    """The correctness and race checks of `gemm`'s kernel, named prefix-correctness and prefix-races."""
-    correctness, races = f"{prefix}-correctness", f"{prefix}-races"
+def checks(gemm: TensorGemm, prefix: str) -> tuple[Check, Check, Check]:
+    """The correctness, race and performance checks of `gemm`'s kernel, named prefix-correctness,
+    prefix-races and prefix-performance."""
+    correctness, races, speed = f"{prefix}-correctness", f"{prefix}-races", f"{prefix}-performance"
 
     def collect_correctness(source: str, seed: int, ctx: Context) -> Outputs:
         meta, fns = start_collect(gemm.kernels, source)
@@ -110,8 +116,38 @@ def checks(gemm: TensorGemm, prefix: str) -> tuple[Check, Check]:
             "threads read a stage before its copy landed or after it was refilled: a wait on the wrong mbarrier or "
             "parity, or a stage released before it was read?", "computes C", SHOW)
 
+    def collect_performance(source: str, seed: int, ctx: Context) -> Outputs:
+        if not ctx.gpu:
+            return {}, {}
+        meta, fns = start_collect(gemm.kernels, source)
+        if fns is None:
+            return meta, {}
+        meta["correctness"], arrays = collect_correctness(source, seed, ctx)
+        if judge_correctness((meta["correctness"], arrays), seed, ctx).status != PASSED:
+            return meta, arrays
+        M, N, K = thresholds.for_stage(ctx.exercise).size
+        w = timing.make_workload(M, N, K, bf16=True)
+        launch = tensor_gemm.launcher(gemm, fns[gemm.name], w.A16.data.ptr, w.B16.data.ptr, w.C.data.ptr, M, N, K,
+                                      on_emulator=False)
+        meta["kernel"] = performance.measured(timing.measure_launches([launch], w, budget_s=performance.BUDGET_S)[0])
+        return meta, arrays
+
+    def judge_performance(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
+        meta, arrays = outputs
+        if not ctx.gpu:
+            return CheckResult(speed, NOT_GRADED, performance.NO_GPU, 0.0)
+        if meta.get("compile_error") is not None:
+            return does_not_compile(speed, meta["compile_error"], seed)
+        if "correctness" not in meta or \
+                judge_correctness((meta["correctness"], arrays), seed, ctx).status != PASSED:
+            return CheckResult.make(speed, False, "not timed: the kernel must pass the correctness check before "
+                                    "its speed counts")
+        return performance.rated(speed, meta, thresholds.for_stage(ctx.exercise), seed, meta.get("log", ""))
+
     return (Check(correctness, collect_correctness, judge_correctness, timeout=300),
-            Check(races, collect_races, judge_races, timeout=300))
+            Check(races, collect_races, judge_races, timeout=300),
+            Check(speed, collect_performance, judge_performance, timeout=480, timed_on_reference=False,
+                  times_kernels=True))
 
 
 CHECKS = checks(tensor_gemm.WARP_SPECIALIZED, "tensor-gemm")

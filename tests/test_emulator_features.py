@@ -129,6 +129,25 @@ def test_asynchronous_copy_lands_only_at_the_wait(cuda, source_module):
     assert (out[:32] == -1).all() and (out[32:] == data).all()
 
 
+@pytest.mark.skipif(not ON_EMULATOR, reason="a GPU's registers hold whatever they held")
+def test_a_local_read_before_it_is_written_is_nan_in_every_block(cuda, source_module):
+    """A thread's locals start as 0xff bytes, not as what its stack held before (zeros at first, then the
+    previous block's values): an accumulator the kernel forgot to set is NaN, whatever the thread order. (A
+    kernel with a barrier: one without runs its threads one after another on one stack; and an array in
+    memory: the compiler keeps what it can in registers, where an unset value is whatever it makes of it.)"""
+    mod = source_module("""
+    __device__ __noinline__ void fill(float* x, int n, float v) { for (int i = 0; i < n; ++i) x[i] += v; }
+    __global__ void forgot(float* out) {
+        float acc[8];                        // never set to zero
+        __syncthreads();
+        fill(acc, 8, 1.0f);
+        out[blockIdx.x * blockDim.x + threadIdx.x] = acc[threadIdx.x % 8];
+    }""")
+    out = np.zeros(4 * 64, np.float32)
+    mod.get_function("forgot")(cuda.Out(out), block=(64, 1, 1), grid=(4, 1))
+    assert np.isnan(out).all(), out[~np.isnan(out)][:8]
+
+
 def test_constant_and_device_variables(cuda, source_module):
     mod = source_module("""
     __constant__ float coeff[4];

@@ -62,6 +62,19 @@ def test_a_b_descriptor_with_the_wrong_stride_between_groups_of_k_gives_a_wrong_
     assert not r.passed and "elements of C wrong" in r.message, r.text()
 
 
+@pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the accumulators hold whatever the registers held")
+def test_a_kernel_whose_solution_regions_are_blank_gets_no_point_and_hears_of_uninitialised_values():
+    """The student's copy before any work: no copies, no wgmma, the accumulators stored as they were."""
+    blank = _variant("            const int s = kt % STAGES;\n            mbarrier_wait_parity(&full[s]", "            continue;\n"
+                     "            const int s = kt % STAGES;\n            mbarrier_wait_parity(&full[s]")
+    blank = blank.replace("        for (int kt = 0; kt < tiles; ++kt) {\n            const int s = kt % STAGES;\n            if (kt >= "
+                          "STAGES)", "        for (int kt = 0; kt < 0; ++kt) {\n            const int s = kt % STAGES;\n"
+                          "            if (kt >= STAGES)", 1)
+    for check in ("wgmma-gemm-correctness", "wgmma-gemm-races"):
+        r = run_here("warp-specialized-wgmma", check, blank, 1)
+        assert not r.passed and "from an uninitialised value" in r.message, r.text()
+
+
 @pytest.mark.skipif(not ON_EMULATOR, reason="the emulator's words")
 def test_a_copy_through_a_tensor_map_its_thread_did_not_fence_is_named():
     unfenced = _variant("        fence_proxy_tensormap(&b_map);\n", "")

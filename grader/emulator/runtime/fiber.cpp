@@ -34,7 +34,10 @@ void* emu::fiber_init(char* stack_lo, size_t size, void (*entry)()) {
     auto* sp = reinterpret_cast<uintptr_t*>(top);
     *--sp = 0;                                      // entry's return address (never used)
     *--sp = reinterpret_cast<uintptr_t>(entry);     // where the first 'ret' goes
-    for (int i = 0; i < 6; i++) *--sp = 0;          // rbp rbx r12 r13 r14 r15
+    *--sp = 0;                                      // rbp: the end of a frame-pointer chain
+    // rbx r12 r13 r14 r15: 0xff bytes, like the rest of a new stack's top (runtime.cpp, fresh_fiber), since
+    // the kernel's frame reuses these words once they are popped
+    for (int i = 0; i < 5; i++) *--sp = ~uintptr_t(0);
     return sp;
 }
 
@@ -62,7 +65,8 @@ __asm__(
 void* emu::fiber_init(char* stack_lo, size_t size, void (*entry)()) {
     auto top = reinterpret_cast<uintptr_t>(stack_lo + size) & ~uintptr_t(15);
     auto* frame = reinterpret_cast<uintptr_t*>(top - 160);
-    std::memset(frame, 0, 160);
+    std::memset(frame, 0xff, 160);                   // like the rest of a new stack's top (runtime.cpp, fresh_fiber)
+    frame[10] = 0;                                   // x29: the end of a frame-pointer chain
     frame[11] = reinterpret_cast<uintptr_t>(entry);  // x30: where 'ret' goes
     return frame;
 }

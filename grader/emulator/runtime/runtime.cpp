@@ -441,6 +441,18 @@ static void resolve_barrier() {
     if (analysis::enabled()) analysis::barrier_released();
 }
 
+// A new thread's locals start as a block's shared memory does, 0xff bytes (NaN as a float, -1 as an int), not as
+// what its stack held (zeros at first, then another thread's values: a result that depends on the thread
+// order): a value read before it is written is NaN, in any order, and the checks say where NaNs come from.
+// Only the top of the stack, where the kernel's frame lies, for speed. (A launch without fibers runs its threads
+// one after another on one stack: there a local holds what the runtime's calls left.)
+static const size_t kPoisonedStack = 4096;
+static void* fresh_fiber(char* lo, size_t size, void (*entry)()) {
+    const size_t poisoned = std::min(size, kPoisonedStack);
+    memset(lo + size - poisoned, 0xff, poisoned);
+    return fiber_init(lo, size, entry);
+}
+
 static unsigned long long next_random(unsigned long long& s) {
     s ^= s << 13; s ^= s >> 7; s ^= s << 17;
     return s;
@@ -459,7 +471,7 @@ static void run_block(uint3 bid) {
     for (int i = 0; i < n; i++) {
         Fiber& f = L.fibers[i];
         if (!L.sequential)
-            f.sp = fiber_init(stacks + i * stack_stride + page_size(), stack_size + kColourSpan - stack_colour(i), fiber_main);
+            f.sp = fresh_fiber(stacks + i * stack_stride + page_size(), stack_size + kColourSpan - stack_colour(i), fiber_main);
         f.state = kReady;
         f.groups_committed = f.groups_done = 0;
         f.stores_done = 0;
@@ -467,7 +479,7 @@ static void run_block(uint3 bid) {
         f.wgmma_committed = 0;
         f.fenced_maps.clear();
     }
-    if (L.sequential) L.fibers[0].sp = fiber_init(stacks + page_size(), stack_size + kColourSpan, sequential_main);
+    if (L.sequential) L.fibers[0].sp = fresh_fiber(stacks + page_size(), stack_size + kColourSpan, sequential_main);
     for (size_t w = 0; w < L.warps.size(); w++) {
         int lanes = std::min(32, n - int(w) * 32);
         L.warps[w].alive = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1);

@@ -368,9 +368,9 @@ def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, 
     failure = meta.get("failure")
     problems = [f"normal thread order: {failure}"] if failure else []
     races, oob = list(report.races), list(report.out_of_bounds)
-    if races:
-        problems.append(f"{len(races)} {races_head}:\n  "
-                        + "\n  ".join(analysis.describe(r) for r in races[:shown]))
+    if races:           # races told apart only by where they touch read the same: each said once
+        described = list(dict.fromkeys(analysis.describe(r) for r in races))
+        problems.append(f"{len(races)} {races_head}:\n  " + "\n  ".join(described[:shown]))
     if oob and not failure:
         problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
                         + "\n  ".join(analysis.describe(r) for r in oob[:shown]))
@@ -379,9 +379,15 @@ def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, 
         problems += analysis.order_problems(first, meta.get("orders", []),
                                             lambda s: returned_matrix(arrays.get(f"out{s}"), shape),
                                             len(ORDER_SEEDS), output, order_cause)
-        if sgemm.never_written(first).any():
-            problems.append(f"{int(sgemm.never_written(first).sum())} element(s) of {output} were never written: "
+        unwritten = sgemm.never_written(first)
+        computed_nan = np.isnan(first) & ~unwritten
+        if unwritten.any():
+            problems.append(f"{int(unwritten.sum())} element(s) of {output} were never written: "
                             f"only a kernel that {does} is credited with being race-free")
+        elif computed_nan.any():
+            hint = sgemm.nan_hint(first[computed_nan][0], output)
+            problems.append(f"{int(computed_nan.sum())} element(s) of {output} are NaN{hint}: only a kernel that "
+                            f"{does} is credited with being race-free")
     elif not failure:
         problems.append(f"the grading process returned no {output}")
     head, log = f"{label}, random seed {seed}", meta.get("log", "")

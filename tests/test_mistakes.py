@@ -86,6 +86,8 @@ EDITS = {
         "    if (ty == TILE - 1) d[TILE + 1][tx + 1] = (row + 1 < M && col < N) ? dist[(row + 1) * N + col] : INF;\n", "")),
     "08/stamp_not_written.cu": (SSSP, ("            stamp[by * tilesX + bx] = round;\n", "")),
     "08/every_tile_skipped.cu": (SSSP, ("if (recent < round - 1)", "if (recent < round)")),
+    "09/stage_released_early.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", (
+        "            if (kt > 0) mbarrier_arrive(&empty[(kt - 1) % STAGES]);", "            mbarrier_arrive(&empty[s]);")),
     "06/bk_literal.cu": (SOLUTIONS / "warptiling.cu", ("    for (int k = 0; k < BK; ++k) {",
                                                       "    for (int k = 0; k < 8; ++k) {")),
     "06/lane_layout_literal.cu": (SOLUTIONS / "warptiling.cu", (
@@ -222,6 +224,9 @@ CASES = [
             said_once=("every distance but the source's is still +inf",)),
     Mistake("08/every_tile_skipped.cu", "sssp", "sssp-path", FAILED,
             said_once=("M=1 N=2 K=4, M=1 N=70 K=8", "no path came back")),
+    Mistake("09/stage_released_early.cu", "warp-specialized-wgmma", "wgmma-gemm-races", FAILED,
+            said_once=("race(s) on shared memory, e.g.", "the bulk copy on line 53 (thread (256, 0, 0)) overwrites what "
+                       "line 63")),
     Mistake("06/no_fragment_reload.cu", "warptiling", "bank-conflicts-configs", FAILED,
             never=("written as a number", "belongs")),
     Mistake("06/bk_literal.cu", "warptiling", "bank-conflicts-configs", FAILED,

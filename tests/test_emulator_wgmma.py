@@ -239,8 +239,7 @@ def test_wgmma_reads_operands_a_swizzled_tensor_copy_laid_out(cuda, source_modul
 NMAJOR = STRIP.replace("#define PAIR(x)", """#define NCORE(k, n) (((n) / 8) * 128 + ((k) / 8) * 64 + ((k) % 8) * 8 + (n) % 8)
 #define PAIR(x)""").replace(
     """            PAIR(Bs[CORE(i / 8, 2 * (i % 8))]) = PAIR(bt[(i / 8) * K + k0 + 2 * (i % 8)]);""",
-    """            PAIR(Bs[NCORE(i / (NCOL / 2), 2 * (i % (NCOL / 2)))]) = PAIR(bt[(k0 + i / (NCOL / 2)) * NCOL + 2 * (i % (NCOL / 2))]);""").replace(
-    "wgmma_descriptor(Bs, 128, 256)", "wgmma_descriptor(Bs, 128, 256)").replace("WGMMA(d,", "WGMMA_NMAJOR(d,")
+    """            PAIR(Bs[NCORE(i / (NCOL / 2), 2 * (i % (NCOL / 2)))]) = PAIR(bt[(k0 + i / (NCOL / 2)) * NCOL + 2 * (i % (NCOL / 2))]);""").replace("WGMMA(d,", "WGMMA_NMAJOR(d,")
 
 
 def test_a_warpgroup_multiplies_an_n_major_b(cuda, source_module):

@@ -628,10 +628,9 @@ class Workload:
 
 def make_workload(M: int, N: int, K: int, bf16: bool = False):
     """The buffers of one shape (a Workload, of bfloat16 inputs with bf16), or NOT_TIMED on the emulator.
-    One round's CuPy kernels (inputs,
-    poison, the checks of both outputs) run once on it here, so that they are compiled before the GPU's lock
-    is held alone: with an empty CuPy cache (a new submission's) compiling them takes seconds, which would
-    keep every other grader off the GPU."""
+    One round's CuPy kernels (inputs, poison, the checks of both outputs) run once on it here, so that they
+    are compiled before the GPU's lock is held alone: with an empty CuPy cache (a new submission's) compiling
+    them takes seconds, which would keep every other grader off the GPU."""
     if not on_gpu():
         return NOT_TIMED
     w = Workload(M, N, K, bf16)

@@ -776,8 +776,8 @@ extern "C" void __emu_fence_proxy_async(void) {
 
 // ---- wgmma (include/hopper.cuh) ---------------------------------------------------------
 // A warpgroup's D (64 x n) = A (64 x 16) B (16 x n) + D, bf16 operands in shared memory by descriptor, K-major
-// or, for B, N-major (wgmma_operand), FP32 accumulators in registers: thread t of the warpgroup holds, in its register i, D[16 (t / 32) +
-// (t % 32) / 4 + 8 ((i / 2) % 2)][2 (t % 4) + i % 2 + 8 (i / 4)], as on the GPU. Each thread's part is computed
+// or, for B, N-major (wgmma_operand), FP32 accumulators in registers: thread t of the warpgroup holds, in its
+// register i, D[16 (t / 32) + (t % 32) / 4 + 8 ((i / 2) % 2)][2 (t % 4) + i % 2 + 8 (i / 4)], as on the GPU. Each thread's part is computed
 // at the wait that completes its group, from shared memory as it is then (the latest a GPU may read it), and
 // until then its accumulators hold NaN: a GPU's hold no result before that wait either.
 // A descriptor's address: an offset into the block's shared memory, the static arrays first, the dynamic ones

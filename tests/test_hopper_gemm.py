@@ -101,6 +101,17 @@ def test_an_emulated_kernel_gets_the_emulators_tensor_map_where_the_backend_is_t
     assert r.passed, r.text()
 
 
+def test_a_kernel_that_multiplies_nothing_is_not_credited_with_being_race_free():
+    """The student's copy before any work: no copies, no mma; the zeroed fragments stored."""
+    from grader.grading.registry import run_here
+    blank = _variant("        for (int kt = 0; kt < tiles; ++kt) {\n            const int s = kt % STAGES;\n            "
+                     "mbarrier_wait_parity(&full[s]", "        for (int kt = 0; kt < 0; ++kt) {\n            const int s = "
+                     "kt % STAGES;\n            mbarrier_wait_parity(&full[s]")
+    blank = blank.replace("        for (int kt = 0; kt < tiles; ++kt) {\n", "        for (int kt = 0; kt < 0; ++kt) {\n", 1)
+    r = run_here("warp-specialized", "tensor-gemm-races", blank, 1)
+    assert not r.passed and "C is 0 everywhere: only a kernel that computes C is credited" in r.message, r.text()
+
+
 def test_the_shapes_are_multiples_of_8_and_mostly_not_of_the_tiles():
     from grader.grading.checks import tensor_cores
     assert all(n % 8 == 0 for shape in tensor_cores.SHAPES for n in shape)

@@ -388,6 +388,8 @@ def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, 
             hint = sgemm.nan_hint(first[computed_nan][0], output)
             problems.append(f"{int(computed_nan.sum())} element(s) of {output} are NaN{hint}: only a kernel that "
                             f"{does} is credited with being race-free")
+        elif not first.any():           # the inputs are random: no kernel that computes anything gives this
+            problems.append(f"{output} is 0 everywhere: only a kernel that {does} is credited with being race-free")
     elif not failure:
         problems.append(f"the grading process returned no {output}")
     head, log = f"{label}, random seed {seed}", meta.get("log", "")

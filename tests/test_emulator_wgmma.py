@@ -77,12 +77,15 @@ __global__ void chain(const uint16_t* a, const uint16_t* bt, float* c)
 """
 
 
-def _source(n: int, **changes) -> str:
-    source = STRIP.replace("NCOL", str(n)).replace("WGMMA", f"wgmma_m64n{n}k16_bf16")
+def _edited(source: str, changes: dict) -> str:
     for old, new in changes.items():
         assert old in source, old
         source = source.replace(old, new, 1)
     return source
+
+
+def _source(n: int, **changes) -> str:
+    return _edited(STRIP.replace("NCOL", str(n)).replace("WGMMA", f"wgmma_m64n{n}k16_bf16"), changes)
 
 
 def _line(source: str, text: str) -> int:
@@ -258,39 +261,17 @@ def test_a_warpgroup_multiplies_an_n_major_b(cuda, source_module):
 
 # A as in SWIZZLED; B N-major, 64 x 128 (K x N), as two 64 x 64 boxes of a tensor copy with the 128-byte swizzle
 # (rows of 64 columns at one k), LBO 8192 bytes between them; one k16 slice is 16 rows further (2048 bytes).
-SWIZZLED_NMAJOR = """#include "hopper.cuh"
-__global__ void swizzled(const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap b_map, float* c)
-{
-    __shared__ __align__(1024) uint16_t As[64 * 64];
-    __shared__ __align__(1024) uint16_t Bs[64 * 128];
-    __shared__ uint64_t full;
-    const int t = threadIdx.x;
-    if (t == 0) {
-        mbarrier_init(&full, 1);
-        fence_mbarrier_init();
-    }
-    __syncthreads();
-    if (t == 0) {
-        fence_proxy_tensormap(&a_map);
-        fence_proxy_tensormap(&b_map);
-        mbarrier_arrive_expect_tx(&full, sizeof(As) + sizeof(Bs));
-        tma_load_2d(As, &a_map, 0, 0, &full);
-        tma_load_2d(Bs, &b_map, 0, 0, &full);
-        tma_load_2d(Bs + 64 * 64, &b_map, 64, 0, &full);
-    }
-    mbarrier_wait_parity(&full, 0);
-    float d[64];
-    wgmma_fence();
-    for (int s = 0; s < 4; ++s)
-        wgmma_m64n128k16_bf16_nmajor(d, wgmma_descriptor_swizzle128(As + 16 * s, 0, 1024),
-                                     wgmma_descriptor_swizzle128(Bs + 16 * 64 * s, 8192, 1024), s > 0);
-    wgmma_commit_group();
-    wgmma_wait_group(0);
-    const int warp = t / 32, lane = t % 32;
-    for (int i = 0; i < 64; ++i)
-        c[(16 * warp + lane / 4 + 8 * ((i / 2) % 2)) * 128 + 2 * (lane % 4) + i % 2 + 8 * (i / 4)] = d[i];
-}
-"""
+SWIZZLED_NMAJOR = _edited(SWIZZLED, {
+    "uint16_t Bs[64 * 64];": "uint16_t Bs[64 * 128];",
+    "        tma_load_2d(Bs, &b_map, 0, 0, &full);\n": "        tma_load_2d(Bs, &b_map, 0, 0, &full);\n"
+                                                     "        tma_load_2d(Bs + 64 * 64, &b_map, 64, 0, &full);\n",
+    "float d[32];": "float d[64];",
+    """        wgmma_m64n64k16_bf16(d, wgmma_descriptor_swizzle128(As + 16 * s, 0, 1024),
+                             wgmma_descriptor_swizzle128(Bs + 16 * s, 0, 1024), s > 0);""":
+    """        wgmma_m64n128k16_bf16_nmajor(d, wgmma_descriptor_swizzle128(As + 16 * s, 0, 1024),
+                                     wgmma_descriptor_swizzle128(Bs + 16 * 64 * s, 8192, 1024), s > 0);""",
+    "    for (int i = 0; i < 32; ++i)\n        c[(16 * warp + lane / 4 + 8 * ((i / 2) % 2)) * 64 +":
+    "    for (int i = 0; i < 64; ++i)\n        c[(16 * warp + lane / 4 + 8 * ((i / 2) % 2)) * 128 +"})
 
 
 def test_wgmma_reads_an_n_major_b_a_swizzled_tensor_copy_laid_out(cuda, source_module):

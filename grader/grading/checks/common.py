@@ -306,7 +306,7 @@ def collect_guarded(check: str, runs, gpu: bool, drv) -> tuple[list[dict], dict]
 
 def judge_guarded(ran: list[dict], arrays: dict, cases: list[GuardedCase]) -> tuple[bool, list[str]]:
     """What collect_guarded returned, case by case: (every output correct, a line per case run)."""
-    ok, lines, said = True, [], set()
+    ok, lines, said, failed_first = True, [], set(), {}
     for i, case in enumerate(cases):
         if i >= len(ran):
             ok = False
@@ -316,7 +316,10 @@ def judge_guarded(ran: list[dict], arrays: dict, cases: list[GuardedCase]) -> tu
             continue
         if ran[i].get("failure"):
             ok = False
-            lines.append(f"{case.label}: {ran[i]['failure']}")
+            failure = ran[i]["failure"]          # a cause that stops every shape alike is said once
+            lines.append(f"{case.label}: the same as {failed_first[failure]}" if failure in failed_first
+                         else f"{case.label}: {failure}")
+            failed_first.setdefault(failure, case.label)
             continue
         out = returned_matrix(arrays.get(f"out{i}"), case.shape)
         if out is None:

@@ -13,6 +13,7 @@ from grader.grading.isolation import run_check
 from grader.grading.registry import run_here
 from grader.grading.report import FAILED, GRADER_ERROR, NOT_GRADED, PASSED, CheckReport, CheckResult
 from grader.kernels.stages import Stage, stage
+from grader.programs import tensor_bench
 
 REPO = Path(__file__).resolve().parent.parent
 ON_EMULATOR = grader.BACKEND.name == "emulator"
@@ -140,7 +141,7 @@ def test_performance_not_graded_without_gpu_but_predicted():
 def test_thresholds_table_and_overrides(tmp_path, grader_settings):
     t = thresholds.load()
     stage_ids = {s.id for s in __import__("grader.kernels.stages", fromlist=["STAGES"]).STAGES}
-    assert set(t["stages"]) == stage_ids | {"warp-specialized", "warp-specialized-wgmma"}     # + the tensor GEMMs
+    assert set(t["stages"]) == stage_ids | set(tensor_bench.KERNELS)     # + the tensor GEMMs
     assert thresholds.for_stage("naive").fraction_of_cublas == 0.007
     assert thresholds.for_stage("naive").size == (4096, 4096, 4096)
     db = thresholds.for_stage("double-buffering")

@@ -48,7 +48,7 @@ pytest.importorskip("nbgrader")
 import grader  # noqa: E402
 
 ON_GPU = grader.BACKEND.name == "gpu"
-PERF = {LAB1: 2.0, LAB2: 2.0, LAB5: 3.0}          # performance points per lab
+PERF = {LAB1: 2.0, LAB2: 2.0, LAB5: 5.0}          # performance points per lab
 QUESTIONS = {LAB1: 5.0, LAB2: 3.0}
 TOTAL = {LAB1: 17.0, LAB2: 11.0}
 COALESCING = 2.0                       # lab 1's coalescing cell (stage coalesced)
@@ -95,7 +95,7 @@ GPU_PERF = {(LAB1, "ref"): PERF[LAB1], (LAB1, "ref-from-text"): PERF[LAB1], (LAB
             (LAB2, "ref"): PERF[LAB2], (LAB2, "stderr"): PERF[LAB2], (LAB2, "tamper"): PERF[LAB2],
             (LAB2, "exit"): PERF[LAB2], (LAB2, "deleted-tests"): PERF[LAB2], (LAB2, "string-built"): PERF[LAB2],
             (LAB2, "memory-bomb"): PERF[LAB2], (LAB5, "ref"): PERF[LAB5],
-            (LAB5, "wrong-stride"): 1.0}           # the wmma kernel's
+            (LAB5, "wrong-stride"): 3.0}           # the three wmma kernels'; the wgmma kernel's is its 2
 
 
 def _naive_order(cells):

@@ -144,8 +144,9 @@ class Race:
         if self.kind == RACE_KINDS[3]:
             return (f"shared-memory race {where}: the bulk copy on line {self.line_b} (thread {self.thread_b}) "
                     f"overwrites what line {self.line_a} (thread {self.thread_a}) accessed, and nothing orders that "
-                    f"access before the copy: a stage refilled before its readers released it (the producer "
-                    f"waits on an mbarrier they arrive on once done with it)")
+                    f"access before the copy: a stage refilled before its readers released it (with a "
+                    f"__syncthreads() before the copy is issued, or an mbarrier they arrive on once done with it, "
+                    f"which the producer waits on)")
         if self.kind == RACE_KINDS[4]:
             return (f"shared-memory race {where}: line {self.line_b} (thread {self.thread_b}) touches what the bulk "
                     f"copy on line {self.line_a} (thread {self.thread_a}) writes, with no wait for the mbarrier "

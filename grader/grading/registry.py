@@ -14,6 +14,8 @@
     07   "sgemm-top2"          CUDA C (solutions/sgemm-top2.cu)   sgemm-top2-exact, sgemm-top2-races
     07   "minimums-host"       Python defining minimums(A, B)     host-transfers
     08   "sssp"                CUDA C (solutions/sssp.cu)         sssp-distances, sssp-path, sssp-races
+    09   "wmma-tiled"          CUDA C (solutions/wmma-tiled.cu)   wmma-gemm-correctness, -races, -performance
+    09   "tma-ring"            CUDA C (solutions/tma-ring.cu)     tma-gemm-correctness, -races, -performance
     09   "warp-specialized"    CUDA C (solutions/                 tensor-gemm-correctness, -races, -performance
                                warp-specialized-wmma.cu)
     09   "warp-specialized-    CUDA C (solutions/                 wgmma-gemm-correctness, -races, -performance
@@ -102,6 +104,10 @@ EXERCISES: dict[str, Exercise] = {
         Exercise("sssp", "shortest paths on the grid graph of C", shortest_paths.CHECKS, reference=sssp.SSSP.solution),
         Exercise("transpose", "a matrix transpose through a padded 32 x 33 shared tile", padded_transpose.CHECKS,
                  reference=transpose.TRANSPOSE.solution),
+        Exercise("wmma-tiled", "a bfloat16 GEMM on the tensor cores: wmma fragments on tiles in shared memory",
+                 tensor_cores.WMMA_TILED_CHECKS, reference=tensor_gemm.WMMA_TILED.kernels.solution),
+        Exercise("tma-ring", "a bfloat16 GEMM whose tiles come by tensor copies through a ring of mbarrier stages",
+                 tensor_cores.TMA_RING_CHECKS, reference=tensor_gemm.TMA_RING.kernels.solution),
         Exercise("warp-specialized", "a warp-specialized bfloat16 GEMM: a producer warp's tensor copies through "
                  "an mbarrier ring, consumer warps on the tensor cores", tensor_cores.CHECKS,
                  reference=tensor_gemm.WARP_SPECIALIZED.kernels.solution),

@@ -2,7 +2,8 @@
 
 Each kernel is (const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap b_map, float* C,
 int M, int N, int K): A (M x K) and B (K x N) are row-major bfloat16 in device memory, each described by a
-tensor map (grader.kernels.tensor_map) of the boxes the kernel loads, C (M x N) is row-major float. A block
+tensor map (grader.kernels.tensor_map) of the boxes the kernel loads, C (M x N) is row-major float; a kernel
+without tensor copies takes (const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K). A block
 computes a BM x BN tile of C; the grid covers C with ceil(N / BN) x ceil(M / BM) blocks. M, N and K are
 multiples of 8: a tensor map needs rows of a multiple of 16 bytes.
 """
@@ -22,14 +23,15 @@ from grader.platform.compiler import Kernels
 @dataclass(frozen=True)
 class TensorGemm:
     """A kernel of the lab, with what its launch needs: the tile, the threads, the boxes its tensor maps
-    describe ((rows, columns) of A and of B), their swizzle and the dynamic shared memory (bytes)."""
+    describe ((rows, columns) of A and of B; None: it takes pointers), their swizzle and the dynamic shared
+    memory (bytes)."""
     kernels: Kernels
     name: str
     bm: int
     bn: int
     threads: int
-    a_box: tuple[int, int]
-    b_box: tuple[int, int]
+    a_box: tuple[int, int] | None
+    b_box: tuple[int, int] | None
     swizzle: int = 0
     shared: int = 0
 
@@ -41,6 +43,12 @@ class TensorGemm:
         return f"grid ceil(N / {self.bn}) x ceil(M / {self.bm}) blocks of {self.threads} threads"
 
 
+# Four warps, each 32 x 32 of a 64 x 64 tile in wmma fragments, BK 32: tiles copied by the threads, then a
+# ring of three stages filled by thread 0's tensor copies.
+WMMA_TILED = TensorGemm(Kernels("wmma-tiled.cu", ("gemm_wmma",), no_extern_c=True), "gemm_wmma", bm=64, bn=64,
+                        threads=128, a_box=None, b_box=None)
+TMA_RING = TensorGemm(Kernels("tma-ring.cu", ("gemm_tma",), no_extern_c=True), "gemm_tma", bm=64, bn=64,
+                      threads=128, a_box=(64, 32), b_box=(32, 64))
 # Warps 0-3 consume 64 x 64 tiles in wmma fragments, warp 4 produces (BK 32, three stages in static memory).
 WARP_SPECIALIZED = TensorGemm(Kernels("warp-specialized-wmma.cu", ("gemm_bf16",), no_extern_c=True), "gemm_bf16",
                               bm=64, bn=64, threads=160, a_box=(64, 32), b_box=(32, 64))
@@ -61,7 +69,8 @@ def launcher(gemm: TensorGemm, function, a: int, b: int, c: int, M: int, N: int,
     """A zero-argument launch of `gemm`'s kernel `function` on A (M x K) at device address a, B (K x N) at b
     and C at c, its tensor maps made now."""
     allow_shared(function, gemm.shared)
-    maps = [tensor_map_2d(x, shape, box, np.uint16, bfloat16=True, swizzle=gemm.swizzle, on_emulator=on_emulator)
+    maps = [np.uintp(x) if box is None else
+            tensor_map_2d(x, shape, box, np.uint16, bfloat16=True, swizzle=gemm.swizzle, on_emulator=on_emulator)
             for x, shape, box in ((a, (M, K), gemm.a_box), (b, (K, N), gemm.b_box))]
     lc = gemm.launch(M, N)
     return lambda: function(*maps, np.uintp(c), np.int32(M), np.int32(N), np.int32(K), grid=lc.grid[:2],

@@ -1,6 +1,6 @@
 """python -m grader tensor-bench [--sizes 4096,8192,2048x3000x1024] [--repeat 20] [--out DIR]
 
-The Hopper lab's tensor-core GEMMs (grader.kernels.tensor_gemm: the wmma and the wgmma references) and
+The Hopper lab's tensor-core GEMMs (grader.kernels.tensor_gemm: the references of its four exercises) and
 cuBLAS's GEMM of the same bfloat16 inputs with FP32 accumulation, timed side by side in the same rounds
 under grader.kernels.timing's protocol (every run on new inputs, into an output poisoned with NaN, and
 checked against cuBLAS's): TFLOPS and the ratio to cuBLAS per shape, written to results/<gpu>/tensor-bench.json
@@ -22,7 +22,8 @@ from grader.programs.bench import parse_shape, slug, table
 from grader.programs.recorded_command import ROOT, recorded_command
 
 DEFAULT_SIZES = "4096,8192,2048,1024,4096x4096x1024,2048x3000x1024"
-KERNELS = {"warp-specialized": tensor_gemm.WARP_SPECIALIZED, "warp-specialized-wgmma": tensor_gemm.WGMMA}
+KERNELS = {"wmma-tiled": tensor_gemm.WMMA_TILED, "tma-ring": tensor_gemm.TMA_RING,
+           "warp-specialized": tensor_gemm.WARP_SPECIALIZED, "warp-specialized-wgmma": tensor_gemm.WGMMA}
 
 
 def main(argv=None) -> int:

@@ -646,6 +646,8 @@ class Function:
         if code:
             if code == TIMEOUT:
                 config.note_stopped_launch()
+            if "internal emulator error" in message:     # the emulator's own failure, not the kernel's
+                raise builtins.RuntimeError(f"cuLaunchKernel failed: {message}")
             raise LaunchError(f"cuLaunchKernel failed: {message}", _LAUNCH_KINDS.get(code, "launch"))
 
     def _launch_analysed(self, values, params, grid, block, shared) -> None:

@@ -80,11 +80,13 @@ struct Mbarrier {
     unsigned expected = 0, pending = 0;
     long long tx = 0;          // bytes announced and not landed
     int phase = 0;             // the parity of the phase in progress
+    int unwaited = 0;          // the line of a copy whose phase completed and no thread has waited for since
     struct Copy {
         void* dst;
         const void* src;
         unsigned bytes;
         std::vector<unsigned char> box;   // a tensor copy's box, gathered when it was issued (src unused)
+        int line;
     };
     std::vector<Copy> copies;
 };
@@ -458,6 +460,21 @@ static unsigned long long next_random(unsigned long long& s) {
     return s;
 }
 
+// A block's shared memory goes to the next block once its threads have ended, whatever copies into it are in
+// flight: a copy no thread waited for may land in another block's tiles on a GPU.
+static void check_every_copy_waited_for() {
+    for (auto& [bar, m] : L.mbarriers) {
+        const int line = m.copies.empty() ? m.unwaited : m.copies.front().line;
+        if (line)
+            fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', block (" + std::to_string(blockIdx.x) + "," +
+                                     std::to_string(blockIdx.y) + "," + std::to_string(blockIdx.z) + "): the copy on line " +
+                                     std::to_string(line) + " into shared memory was never waited for: the block's "
+                                     "threads ended without a wait on its mbarrier. On a GPU the block may end before "
+                                     "the copy lands, and it then writes shared memory that the next block uses: wait "
+                                     "for every copy the block issues, and issue only the copies it uses");
+    }
+}
+
 static void run_block(uint3 bid) {
     blockIdx = bid;
     const int n = L.nthreads;
@@ -504,6 +521,7 @@ static void run_block(uint3 bid) {
         if (L.ndone == n) break;
         if (!release_soft_rendezvous()) resolve_barrier();
     }
+    check_every_copy_waited_for();
     if (analysis::enabled()) analysis::end_block();
     cur = nullptr;
 }
@@ -596,12 +614,16 @@ static void complete_if_arrived(const void* bar, Mbarrier& m) {
     for (auto& c : m.copies) {
         memcpy(c.dst, c.box.empty() ? c.src : c.box.data(), c.bytes);
         m.tx -= c.bytes;
+        if (!m.unwaited) m.unwaited = c.line;
     }
     m.copies.clear();
     if (m.tx != 0) return;
     if (analysis::enabled()) analysis::mbarrier_completed(bar);
     for (auto& f : L.fibers)
-        if (f.state == kAtMbarrier && f.mbarrier == bar && f.mbarrier_parity == m.phase) f.state = kReady;
+        if (f.state == kAtMbarrier && f.mbarrier == bar && f.mbarrier_parity == m.phase) {
+            f.state = kReady;
+            m.unwaited = 0;
+        }
     m.phase ^= 1;
     m.pending = m.expected;
 }
@@ -631,7 +653,8 @@ extern "C" void __emu_mbarrier_arrive(int line, void* bar, long long tx_bytes) {
 extern "C" void __emu_mbarrier_wait(int line, void* bar, unsigned parity) {
     check_not_sequential("an mbarrier wait");
     Mbarrier& m = mbarrier_at(line, bar, "a wait", CALLER_PC);
-    if (m.phase == int(parity & 1)) {       // that phase is in progress: wait for it
+    if (m.phase != int(parity & 1)) m.unwaited = 0;       // it waits for the phase that completed last
+    else {                                                // that phase is in progress: wait for it
         Fiber* f = cur;
         f->state = kAtMbarrier;
         f->line = line;
@@ -681,7 +704,7 @@ extern "C" void __emu_bulk_copy(int line, void* dst, const void* src, unsigned b
     check_bulk_ranges(line, src, dst, bytes, false);
     if (analysis::enabled())
         analysis::bulk_copy(dst, bytes, bar, cur->linear, CALLER_PC);
-    m.copies.push_back({dst, src, bytes, {}});
+    m.copies.push_back({dst, src, bytes, {}, line});
     complete_if_arrived(bar, m);      // issued after the phase's last arrival: it lands now
 }
 
@@ -741,7 +764,7 @@ extern "C" void __emu_tma_load_2d(int line, void* dst, const void* map, int x, i
     }
     if (analysis::enabled())
         analysis::bulk_copy(dst, unsigned(bytes), bar, cur->linear, CALLER_PC);
-    m.copies.push_back({dst, nullptr, unsigned(bytes), std::move(box)});
+    m.copies.push_back({dst, nullptr, unsigned(bytes), std::move(box), line});
     complete_if_arrived(bar, m);
 }
 

@@ -223,7 +223,10 @@ def launch_failure(driver, e: Exception) -> str:
 
 
 def deadlock_cause(text: str) -> str:
-    """What an emulated deadlock's message (which says where each thread waits) suggests, in a student's words."""
+    """What an emulated deadlock's message (which says where each thread waits) suggests, in a student's words;
+    the emulator's other refusals (a copy through an unfenced tensor map, say) explain themselves."""
+    if "deadlock: no thread can go on" not in text and "divergent barrier" not in text:
+        return "the emulator stopped the kernel"
     if "wait on an mbarrier" in text and "wait at __syncthreads()" not in text:
         return ("the threads of a block deadlocked on an mbarrier (a wait for a phase that never completes: the "
                 "wrong parity, an arrival count or announced bytes that never come, or a stage the producer "

@@ -1,6 +1,8 @@
 """The tensor-core GEMMs of the Hopper lab (host drivers in grader.kernels.tensor_gemm), C = A B with A and B
-in bfloat16 and C accumulated in float; for the wmma kernel (solutions/warp-specialized-wmma.cu) CHECKS,
-for the wgmma one (solutions/warp-specialized-wgmma.cu) WGMMA_CHECKS, named wgmma-gemm-...:
+in bfloat16 and C accumulated in float, one set of checks per kernel, named by its prefix: WMMA_TILED_CHECKS
+(wmma-gemm-..., solutions/wmma-tiled.cu), TMA_RING_CHECKS (tma-gemm-..., solutions/tma-ring.cu), CHECKS
+(tensor-gemm-..., solutions/warp-specialized-wmma.cu) and WGMMA_CHECKS (wgmma-gemm-...,
+solutions/warp-specialized-wgmma.cu):
 
     tensor-gemm-correctness   every element of C within the rounding of a float32 accumulation of the exact
                               product (2 K float32 epsilons of sum_k |a_ik b_kj|), on shapes whose sides are
@@ -63,9 +65,15 @@ def _compare(C: np.ndarray, A: np.ndarray, B: np.ndarray) -> str | None:
             f"(within {tolerance[r, c]:.2g}), got {C[r, c]:.6g}{nan_hint(C[r, c])}")
 
 
-def checks(gemm: TensorGemm, prefix: str) -> tuple[Check, Check, Check]:
+RING_HINT = ("threads read a stage before its copy landed or after it was refilled: a wait on the wrong mbarrier or "
+             "parity, or a stage released before it was read?")
+TILE_HINT = ("threads read a tile before every thread had stored its part, or overwrote it while others still read "
+             "it: a __syncthreads() missing?")
+
+
+def checks(gemm: TensorGemm, prefix: str, race_hint: str = RING_HINT) -> tuple[Check, Check, Check]:
     """The correctness, race and performance checks of `gemm`'s kernel, named prefix-correctness,
-    prefix-races and prefix-performance."""
+    prefix-races and prefix-performance; race_hint: the likely cause of a race."""
     correctness, races, speed = f"{prefix}-correctness", f"{prefix}-races", f"{prefix}-performance"
 
     def collect_correctness(source: str, seed: int, ctx: Context) -> Outputs:
@@ -112,9 +120,8 @@ def checks(gemm: TensorGemm, prefix: str) -> tuple[Check, Check, Check]:
     def judge_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         M, N, K = RACES_SHAPE
         return judge_in_orders(
-            races, seed, *outputs, f"M={M} N={N} K={K}", (M, N), "C", "race(s) on shared memory, e.g.",
-            "threads read a stage before its copy landed or after it was refilled: a wait on the wrong mbarrier or "
-            "parity, or a stage released before it was read?", "computes C", SHOW)
+            races, seed, *outputs, f"M={M} N={N} K={K}", (M, N), "C", "race(s) on shared memory, e.g.", race_hint,
+            "computes C", SHOW)
 
     def collect_performance(source: str, seed: int, ctx: Context) -> Outputs:
         if not ctx.gpu:
@@ -150,5 +157,7 @@ def checks(gemm: TensorGemm, prefix: str) -> tuple[Check, Check, Check]:
                   times_kernels=True))
 
 
+WMMA_TILED_CHECKS = checks(tensor_gemm.WMMA_TILED, "wmma-gemm", TILE_HINT)
+TMA_RING_CHECKS = checks(tensor_gemm.TMA_RING, "tma-gemm")
 CHECKS = checks(tensor_gemm.WARP_SPECIALIZED, "tensor-gemm")
 WGMMA_CHECKS = checks(tensor_gemm.WGMMA, "wgmma-gemm")

@@ -1,0 +1,93 @@
+"""The first two steps of the Hopper lab: wmma on tiles the threads copy (solutions/wmma-tiled.cu, exercise
+wmma-tiled) and tensor copies through a ring of mbarrier stages refilled after a __syncthreads()
+(solutions/tma-ring.cu, exercise tma-ring). Each reference passes its checks; a missing __syncthreads() is a
+race named by its lines and its likely cause, a wait on the wrong parity a deadlock named by its line, a copy
+no thread waits for (a refill past the last step) and a copy through an unfenced tensor map are named, not
+taken for deadlocks; nvcc compiles both for sm_90."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ON_EMULATOR
+
+from grader.emulator.build import PYCUDA_INCLUDE_DIR
+from grader.grading.registry import run_here
+
+SOLUTIONS = Path(__file__).resolve().parent.parent / "solutions"
+TILED = (SOLUTIONS / "wmma-tiled.cu").read_text()
+RING = (SOLUTIONS / "tma-ring.cu").read_text()
+RING_SYNC = "        __syncthreads();                       // every warp has read stage s: it may be refilled\n"
+
+
+def _variant(source: str, old: str, new: str) -> str:
+    assert old in source
+    return source.replace(old, new, 1)
+
+
+def _lines(source: str, text: str) -> set[int]:
+    return {i for i, line in enumerate(source.splitlines(), 1) if text in line}
+
+
+@pytest.mark.parametrize("exercise, prefix, source", [("wmma-tiled", "wmma-gemm", TILED), ("tma-ring", "tma-gemm", RING)])
+def test_the_reference_passes_every_check(exercise, prefix, source):
+    for check in ("correctness", "races"):
+        r = run_here(exercise, f"{prefix}-{check}", source, 1)
+        assert r.passed, r.text()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+@pytest.mark.parametrize("old, new, first, second", [
+    ("        }\n        __syncthreads();\n    }\n", "        }\n    }\n", "wmma::load_matrix_sync(a[i]", "As[r * BK + c]"),
+    ("        __syncthreads();\n        for (int k = 0;", "        for (int k = 0;", "As[r * BK + c]", "wmma::load_matrix_sync(a[i]"),
+], ids=["before-the-next-tile", "after-the-copies"])
+def test_a_tile_without_its_syncthreads_is_a_race_between_the_copy_and_the_fragment_load(old, new, first, second):
+    unsynced = _variant(TILED, old, new)
+    r = run_here("wmma-tiled", "wmma-gemm-races", unsynced, 1)
+    assert not r.passed and "with no __syncthreads() between them" in r.message, r.text()
+    assert any(f"line {a} " in r.message and f"line {b} " in r.message
+               for a in _lines(unsynced, first) for b in _lines(unsynced, second)), r.text()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_a_stage_refilled_without_the_syncthreads_after_its_multiplication_is_named():
+    eager = _variant(RING, RING_SYNC, "")
+    r = run_here("tma-ring", "tma-gemm-races", eager, 1)
+    assert not r.passed and "a stage refilled before its readers released it (with a __syncthreads()" in r.message, \
+        r.text()
+    assert any(f"bulk copy on line {c}" in r.message for c in _lines(eager, "tma_load_2d(")), r.text()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU a wait on the wrong parity may never end")
+def test_a_wait_on_the_wrong_parity_is_a_deadlock_on_its_line():
+    wrong = _variant(RING, "(kt / STAGES) % 2", "(kt / STAGES + 1) % 2")
+    r = run_here("tma-ring", "tma-gemm-correctness", wrong, 1)
+    line = min(_lines(wrong, "mbarrier_wait_parity(&full[s]"))
+    assert not r.passed and "deadlocked on an mbarrier" in r.message and f"on line {line} " in r.message, r.text()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the block may end first, or not")
+def test_a_refill_past_the_last_step_is_a_copy_never_waited_for_named_by_its_line():
+    unguarded = _variant(RING, "if (t == 0 && kt + STAGES < tiles)", "if (t == 0)")
+    r = run_here("tma-ring", "tma-gemm-correctness", unguarded, 1)
+    line = min(_lines(unguarded, "tma_load_2d("))
+    assert not r.passed and f"the copy on line {line} into shared memory was never waited for" in r.message, r.text()
+    assert "deadlock" not in r.message, r.text()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the emulator's words")
+def test_a_copy_through_an_unfenced_map_is_named_and_not_called_a_deadlock():
+    unfenced = _variant(RING, "        fence_proxy_tensormap(&b_map);\n", "")
+    for check in ("tma-gemm-correctness", "tma-gemm-races"):
+        r = run_here("tma-ring", check, unfenced, 1)
+        assert not r.passed and "reads a tensor map its thread has not fenced" in r.message, r.text()
+        assert "deadlock" not in r.message and "__syncthreads()" not in r.message, r.text()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("source", [TILED, RING], ids=["wmma-tiled", "tma-ring"])
+def test_nvcc_compiles_it_for_sm_90(tmp_path, source):
+    (tmp_path / "gemm.cu").write_text(source)
+    p = subprocess.run(["nvcc", "--cubin", "-arch=sm_90", f"-I{PYCUDA_INCLUDE_DIR}", "-o", str(tmp_path / "gemm.cubin"),
+                        str(tmp_path / "gemm.cu")], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr

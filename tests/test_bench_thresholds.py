@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from grader.grading.checks import thresholds
-from grader.programs import bench
+from grader.programs import bench, tensor_bench
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = json.loads((REPO / "results" / "nvidia-h200" / "bench.json").read_text())
 TENSOR_RECORD = REPO / "results" / "nvidia-h100" / "tensor-bench.json"
 TENSOR_BENCH = json.loads(TENSOR_RECORD.read_text()) if TENSOR_RECORD.exists() else None
-TENSOR_EXERCISES = ("warp-specialized", "warp-specialized-wgmma")
+TENSOR_EXERCISES = tuple(tensor_bench.KERNELS)
 HEADROOM = 1.3
 
 

@@ -329,13 +329,21 @@ def _assignments(page):
 def _run_setup_cell(page) -> None:
     """Run the notebook's first cell (it imports the course's grader) as a student would: Shift+Enter,
     pressed again while the cell shows no sign of running (JupyterLab drops a run asked for before the
-    notebook's kernel connection is up)."""
+    notebook's kernel connection is up), and taking the kernel JupyterLab offers where it asks which one (it
+    does when the kernel's start is slow)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout  # optional, as in test_term_through_jupyterhub
     cell = page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-CodeCell").first
     prompt = cell.locator(".jp-InputArea-prompt")
+    kernel_dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
     deadline, presses = time.monotonic() + SPAWN, 0
     while not re.fullmatch(r"\[(\d+|\*)\]:", prompt.text_content().strip()):
         assert time.monotonic() < deadline, f"the setup cell did not run within {SPAWN} s ({presses} tries)"
-        cell.locator(".cm-content").click()
+        if kernel_dialog.count():
+            kernel_dialog.locator(".jp-mod-accept").click()
+        try:
+            cell.locator(".cm-content").click(timeout=5000)
+        except PlaywrightTimeout:       # the dialog came over the cell: the next round answers it
+            continue
         page.keyboard.press("Shift+Enter")
         presses += 1
         try:

@@ -108,4 +108,3 @@ def test_a_failed_nbgrader_call_says_the_cause_nbgrader_logged():
     with pytest.raises(RuntimeError, match=r"(?s)^generate_assignment failed:\n.*'alembic'.*above traceback"):
         succeeded(failed, "generate_assignment")
     succeeded({"success": True, "log": "", "error": ""}, "generate_assignment")
-

@@ -3,8 +3,8 @@
 Each kernel is (const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap b_map, float* C,
 int M, int N, int K): A (M x K) and B (K x N) are row-major bfloat16 in device memory, each described by a
 tensor map (grader.kernels.tensor_map) of the boxes the kernel loads, C (M x N) is row-major float; a kernel
-without tensor copies takes (const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K). A block
-computes a BM x BN tile of C; the grid covers C with ceil(N / BN) x ceil(M / BM) blocks. M, N and K are
+without tensor copies takes (const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, int M, int N, int K).
+A block computes a BM x BN tile of C; the grid covers C with ceil(N / BN) x ceil(M / BM) blocks. M, N and K are
 multiples of 8: a tensor map needs rows of a multiple of 16 bytes.
 """
 from __future__ import annotations
@@ -67,13 +67,13 @@ def inputs(M: int, N: int, K: int, rng: np.random.Generator) -> tuple[np.ndarray
 
 def launcher(gemm: TensorGemm, function, a: int, b: int, c: int, M: int, N: int, K: int, on_emulator: bool):
     """A zero-argument launch of `gemm`'s kernel `function` on A (M x K) at device address a, B (K x N) at b
-    and C at c, its tensor maps made now."""
+    and C at c, the tensor maps it takes made now."""
     allow_shared(function, gemm.shared)
-    maps = [np.uintp(x) if box is None else
-            tensor_map_2d(x, shape, box, np.uint16, bfloat16=True, swizzle=gemm.swizzle, on_emulator=on_emulator)
-            for x, shape, box in ((a, (M, K), gemm.a_box), (b, (K, N), gemm.b_box))]
+    operands = [np.uintp(x) if box is None else
+                tensor_map_2d(x, shape, box, np.uint16, bfloat16=True, swizzle=gemm.swizzle, on_emulator=on_emulator)
+                for x, shape, box in ((a, (M, K), gemm.a_box), (b, (K, N), gemm.b_box))]
     lc = gemm.launch(M, N)
-    return lambda: function(*maps, np.uintp(c), np.int32(M), np.int32(N), np.int32(K), grid=lc.grid[:2],
+    return lambda: function(*operands, np.uintp(c), np.int32(M), np.int32(N), np.int32(K), grid=lc.grid[:2],
                             block=lc.block, shared=lc.shared)
 
 

@@ -63,8 +63,7 @@ TYPED_MISTAKES = {
     "06-warptiling-autotuning": ("06/warp_row_col_swapped.cu", "warptiling", "the warp's row and column swapped"),
     "07-minimums": ("07/scalar_tail_skipped.cu", "top2", "the scalar tail not read?"),
     "08-shortest-paths": ("08/bottom_halo_not_loaded.cu", "sssp", "a halo cell not loaded"),
-    "09-tensor-cores-hopper": ("09/stage_released_early.cu", "warp-specialized-wgmma",
-                               "a stage refilled before its readers released it"),
+    "09-tensor-cores-hopper": ("09/tile_not_synced.cu", "wmma-tiled", "with no __syncthreads() between them"),
 }
 
 pytestmark = pytest.mark.browser

@@ -86,6 +86,8 @@ EDITS = {
         "    if (ty == TILE - 1) d[TILE + 1][tx + 1] = (row + 1 < M && col < N) ? dist[(row + 1) * N + col] : INF;\n", "")),
     "08/stamp_not_written.cu": (SSSP, ("            stamp[by * tilesX + bx] = round;\n", "")),
     "08/every_tile_skipped.cu": (SSSP, ("if (recent < round - 1)", "if (recent < round)")),
+    "09/tile_not_synced.cu": (SOLUTIONS / "wmma-tiled.cu", ("        }\n        __syncthreads();\n    }\n",
+                                                           "        }\n    }\n")),
     "09/stage_released_early.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", (
         "            if (kt > 0) mbarrier_arrive(&empty[(kt - 1) % STAGES]);", "            mbarrier_arrive(&empty[s]);")),
     "06/bk_literal.cu": (SOLUTIONS / "warptiling.cu", ("    for (int k = 0; k < BK; ++k) {",
@@ -224,6 +226,9 @@ CASES = [
             said_once=("every distance but the source's is still +inf",)),
     Mistake("08/every_tile_skipped.cu", "sssp", "sssp-path", FAILED,
             said_once=("M=1 N=2 K=4, M=1 N=70 K=8", "no path came back")),
+    Mistake("09/tile_not_synced.cu", "wmma-tiled", "wmma-gemm-races", FAILED,
+            said_once=("race(s) on shared memory, e.g.", "(write after read) in 'gemm_wmma': line 45"),
+            never=("mbarrier", "stage")),
     Mistake("09/stage_released_early.cu", "warp-specialized-wgmma", "wgmma-gemm-races", FAILED,
             said_once=("race(s) on shared memory, e.g.", "the bulk copy on line 53 (thread (256, 0, 0)) overwrites what "
                        "line 63")),

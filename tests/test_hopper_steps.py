@@ -29,7 +29,8 @@ def _lines(source: str, text: str) -> set[int]:
     return {i for i, line in enumerate(source.splitlines(), 1) if text in line}
 
 
-@pytest.mark.parametrize("exercise, prefix, source", [("wmma-tiled", "wmma-gemm", TILED), ("tma-ring", "tma-gemm", RING)])
+@pytest.mark.parametrize("exercise, prefix, source", [("wmma-tiled", "wmma-gemm", TILED),
+                                                       ("tma-ring", "tma-gemm", RING)])
 def test_the_reference_passes_every_check(exercise, prefix, source):
     for check in ("correctness", "races"):
         r = run_here(exercise, f"{prefix}-{check}", source, 1)
@@ -37,16 +38,13 @@ def test_the_reference_passes_every_check(exercise, prefix, source):
 
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
-@pytest.mark.parametrize("old, new, first, second", [
-    ("        }\n        __syncthreads();\n    }\n", "        }\n    }\n", "wmma::load_matrix_sync(a[i]", "As[r * BK + c]"),
-    ("        __syncthreads();\n        for (int k = 0;", "        for (int k = 0;", "As[r * BK + c]", "wmma::load_matrix_sync(a[i]"),
-], ids=["before-the-next-tile", "after-the-copies"])
-def test_a_tile_without_its_syncthreads_is_a_race_between_the_copy_and_the_fragment_load(old, new, first, second):
-    unsynced = _variant(TILED, old, new)
+def test_a_tile_read_before_every_thread_copied_its_part_is_a_race_naming_both_lines():
+    """(Without the other __syncthreads(), the next tile's copy over this one: tests/test_mistakes.py.)"""
+    unsynced = _variant(TILED, "        __syncthreads();\n        for (int k = 0;", "        for (int k = 0;")
     r = run_here("wmma-tiled", "wmma-gemm-races", unsynced, 1)
     assert not r.passed and "with no __syncthreads() between them" in r.message, r.text()
-    assert any(f"line {a} " in r.message and f"line {b} " in r.message
-               for a in _lines(unsynced, first) for b in _lines(unsynced, second)), r.text()
+    assert any(f"line {a} " in r.message and f"line {b} " in r.message for a in _lines(unsynced, "As[r * BK + c]")
+               for b in _lines(unsynced, "wmma::load_matrix_sync(a[i]")), r.text()
 
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")

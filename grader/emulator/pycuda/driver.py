@@ -31,7 +31,7 @@ class LogicError(Error):
 
 
 class LaunchError(Error):
-    """A launch that failed. `kind` says how: deadlock, timeout, fault or trap."""
+    """A launch that failed. `kind` says how: deadlock, refused, timeout, fault or trap."""
 
     def __init__(self, message: str, kind: str = "launch"):
         super().__init__(message)
@@ -73,6 +73,15 @@ def _serialised(fn):
     return run
 
 _LAUNCH_KINDS = {LAUNCH_FAILURE: "deadlock", TIMEOUT: "timeout", FAULT: "fault", TRAP: "trap", INVALID: "invalid"}
+_DEADLOCKS = ("deadlock: no thread can go on", "divergent barrier")
+
+
+def _launch_kind(code: int, message: str) -> str:
+    """A launch failure is a deadlock only where no thread could go on; otherwise the runtime refused what the
+    kernel did (a copy through an unfenced tensor map, an mbarrier misused, a copy out of range)."""
+    if code == LAUNCH_FAILURE and not any(d in message for d in _DEADLOCKS):
+        return "refused"
+    return _LAUNCH_KINDS.get(code, "launch")
 
 
 # ---- device -------------------------------------------------------------------
@@ -648,7 +657,7 @@ class Function:
                 config.note_stopped_launch()
             if "internal emulator error" in message:     # the emulator's own failure, not the kernel's
                 raise builtins.RuntimeError(f"cuLaunchKernel failed: {message}")
-            raise LaunchError(f"cuLaunchKernel failed: {message}", _LAUNCH_KINDS.get(code, "launch"))
+            raise LaunchError(f"cuLaunchKernel failed: {message}", _launch_kind(code, message))
 
     def _launch_analysed(self, values, params, grid, block, shared) -> None:
         """The launch on the analysis build of the module, its module variables

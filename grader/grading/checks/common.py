@@ -208,6 +208,7 @@ def launch_failure(driver, e: Exception) -> str:
     kind = getattr(e, "kind", None)
     if isinstance(e, getattr(driver, "LaunchError", ())) or kind is not None:
         why = {"deadlock": deadlock_cause(str(e)),
+               "refused": "the emulator stopped the kernel",      # its message says why
                "timeout": f"{DID_NOT_FINISH}: {_budget_text or 'it ran past its time limit'}",
                "fault": fault_cause(str(e)),
                "trap": "the kernel trapped (assert or __trap)"}.get(kind, "the launch failed")
@@ -223,10 +224,7 @@ def launch_failure(driver, e: Exception) -> str:
 
 
 def deadlock_cause(text: str) -> str:
-    """What an emulated deadlock's message (which says where each thread waits) suggests, in a student's words;
-    the emulator's other refusals (a copy through an unfenced tensor map, say) explain themselves."""
-    if "deadlock: no thread can go on" not in text and "divergent barrier" not in text:
-        return "the emulator stopped the kernel"
+    """What an emulated deadlock's message (which says where each thread waits) suggests, in a student's words."""
     if "wait on an mbarrier" in text and "wait at __syncthreads()" not in text:
         return ("the threads of a block deadlocked on an mbarrier (a wait for a phase that never completes: the "
                 "wrong parity, an arrival count or announced bytes that never come, or a stage the producer "

@@ -3,16 +3,22 @@ wmma-tiled) and tensor copies through a ring of mbarrier stages refilled after a
 (solutions/tma-ring.cu, exercise tma-ring). Each reference passes its checks; a missing __syncthreads() is a
 race named by its lines and its likely cause, a wait on the wrong parity a deadlock named by its line, a copy
 no thread waits for (a refill past the last step) and a copy through an unfenced tensor map are named, not
-taken for deadlocks; nvcc compiles both for sm_90."""
+taken for deadlocks; nvcc compiles both for sm_90. On a GPU that has no tensor copies, a kernel with them is
+checked on the emulator and its speed is not graded."""
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import ON_EMULATOR
 
 from grader.emulator.build import PYCUDA_INCLUDE_DIR
+from grader.grading import protocol
+from grader.grading.checks import tensor_cores
 from grader.grading.registry import run_here
+from grader.grading.report import NOT_GRADED
+from grader.kernels import tensor_gemm
 
 SOLUTIONS = Path(__file__).resolve().parent.parent / "solutions"
 TILED = (SOLUTIONS / "wmma-tiled.cu").read_text()
@@ -89,3 +95,27 @@ def test_nvcc_compiles_it_for_sm_90(tmp_path, source):
     p = subprocess.run(["nvcc", "--cubin", "-arch=sm_90", f"-I{PYCUDA_INCLUDE_DIR}", "-o", str(tmp_path / "gemm.cubin"),
                         str(tmp_path / "gemm.cu")], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
+
+
+class _Ada:
+    """Device 0 of a GPU with wmma but no tensor copies."""
+    def name(self):
+        return "NVIDIA GeForce RTX 4090"
+
+    def compute_capability(self):
+        return 8, 9
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="stands a fake GPU in for this one")
+def test_on_a_gpu_without_tensor_copies_the_ring_is_checked_on_the_emulator_and_its_speed_not_graded(monkeypatch):
+    monkeypatch.setattr(tensor_cores, "drivers", lambda: (SimpleNamespace(Device=lambda i: _Ada()), None))
+    correctness, _, speed = tensor_cores.TMA_RING_CHECKS
+    ctx = protocol.Context("tma-ring", gpu=True)
+    r = protocol.run_here(correctness, RING, 1, ctx)
+    assert r.passed and "run on the CPU emulator: this GPU (NVIDIA GeForce RTX 4090, compute capability 8.9) " \
+        "cannot run this kernel: tensor copies and mbarrier transaction counts need compute capability 9.0" in \
+        r.text(), r.text()
+    r = protocol.run_here(speed, RING, 1, ctx)
+    assert r.status == NOT_GRADED and r.message.endswith("its speed counts on the course's Hopper GPU"), r.text()
+    assert tensor_gemm.WMMA_TILED.lacks((8, 9)) is None and tensor_gemm.TMA_RING.lacks((10, 0)) is None
+    assert "Hopper's alone" in tensor_gemm.WGMMA.lacks((10, 0)) and tensor_gemm.WGMMA.lacks((9, 0)) is None

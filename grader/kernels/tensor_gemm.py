@@ -42,6 +42,15 @@ class TensorGemm:
     def geometry(self) -> str:
         return f"grid ceil(N / {self.bn}) x ceil(M / {self.bm}) blocks of {self.threads} threads"
 
+    def lacks(self, capability: tuple[int, int]) -> str | None:
+        """None when a GPU of this compute capability runs the kernel, else what it lacks."""
+        if self.kernels.arch == "sm_90a":
+            return None if capability == (9, 0) else "wgmma is Hopper's alone (compute capability 9.0, sm_90a)"
+        if self.a_box is not None:
+            return None if capability >= (9, 0) else \
+                "tensor copies and mbarrier transaction counts need compute capability 9.0 (Hopper) or later"
+        return None if capability >= (8, 0) else "bfloat16 wmma needs compute capability 8.0 or later"
+
 
 # Four warps, each 32 x 32 of a 64 x 64 tile in wmma fragments, BK 32: tiles copied by the threads, then a
 # ring of three stages filled by thread 0's tensor copies.

@@ -15,6 +15,9 @@ solutions/warp-specialized-wgmma.cu):
                               inputs with FP32 accumulation, timed side by side under the protocol of
                               grader.kernels.timing, and the exercise's threshold (thresholds.json); without
                               a GPU, not graded
+
+On a GPU that cannot run the kernel (wgmma is Hopper's alone; tensor copies need compute capability 9.0), the
+correctness check runs it on the emulator and its speed is not graded: it counts on the course's Hopper GPU.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from grader.grading.report import NOT_GRADED, PASSED, CheckResult
 from grader.kernels import bf16, tensor_gemm, timing
 from grader.kernels.sgemm import driver_of, nan_hint
 from grader.kernels.tensor_gemm import TensorGemm
+from grader.platform.backend import drivers
 
 # (M, N, K): multiples of 8, none of the tiles (64 x 64 or 128 x 128) but the first; one tile of K, and K past
 # either ring (3 x 32, 4 x 64).
@@ -71,32 +75,49 @@ TILE_HINT = ("threads read a tile before every thread had stored its part, or ov
              "it: a __syncthreads() missing?")
 
 
+def cannot_run(gemm: TensorGemm, ctx: Context) -> str | None:
+    """On a GPU that cannot run `gemm`'s kernel, why not; else (no GPU, or one that can) None."""
+    if not ctx.gpu:
+        return None
+    device = drivers()[0].Device(0)
+    capability = device.compute_capability()
+    lacks = gemm.lacks(capability)
+    return lacks and f"this GPU ({device.name()}, compute capability {capability[0]}.{capability[1]}) " \
+        f"cannot run this kernel: {lacks}"
+
+
 def checks(gemm: TensorGemm, prefix: str, race_hint: str = RING_HINT) -> tuple[Check, Check, Check]:
     """The correctness, race and performance checks of `gemm`'s kernel, named prefix-correctness,
     prefix-races and prefix-performance; race_hint: the likely cause of a race."""
     correctness, races, speed = f"{prefix}-correctness", f"{prefix}-races", f"{prefix}-performance"
 
     def collect_correctness(source: str, seed: int, ctx: Context) -> Outputs:
-        meta, fns = start_collect(gemm.kernels, source)
+        unable = cannot_run(gemm, ctx)
+        meta, fns = start_collect(gemm.kernels, source, on_emulator=unable is not None)
+        meta["emulated_because"] = unable
         if fns is None:
             return meta, {}
         function = fns[gemm.name]
+        on_gpu = ctx.gpu and unable is None
         rng = np.random.default_rng(seed)
-        operands = [tensor_gemm.inputs(*shape, rng) for shape in shapes(ctx.gpu)]
+        operands = [tensor_gemm.inputs(*shape, rng) for shape in shapes(on_gpu)]
         runs = [lambda A=A, B=B: tensor_gemm.run_guarded(gemm, function, A, B, GUARD, GUARD_BITS)
                 for A, B in operands]
-        meta["shapes"], arrays = collect_guarded(correctness, runs, ctx.gpu, driver_of(function))
+        meta["shapes"], arrays = collect_guarded(correctness, runs, on_gpu, driver_of(function))
         return meta, arrays
 
     def judge_correctness(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         meta, arrays = outputs
         if meta.get("compile_error") is not None:
             return does_not_compile(correctness, meta["compile_error"], seed)
+        unable = meta.get("emulated_because")
         rng = np.random.default_rng(seed)
         cases = [GuardedCase(f"M={M} N={N} K={K}", (M, N), "C", lambda C, said, AB=AB: _compare(C, *AB), "C correct")
-                 for M, N, K in shapes(ctx.gpu) for AB in [tensor_gemm.inputs(M, N, K, rng)]]
+                 for M, N, K in shapes(ctx.gpu and not unable) for AB in [tensor_gemm.inputs(M, N, K, rng)]]
         ok, lines = judge_guarded(list(meta.get("shapes", [])), arrays, cases)
         head = (f"correct on all {len(cases)} shapes" if ok else "wrong") + f" (random seed {seed}; {gemm.geometry()})"
+        if unable:
+            head += f"\nrun on the CPU emulator: {unable}"
         return CheckResult.make(correctness, ok, head + "\n" + "\n".join(lines), details={"seed": seed},
                                 output=meta.get("log", ""))
 
@@ -126,6 +147,9 @@ def checks(gemm: TensorGemm, prefix: str, race_hint: str = RING_HINT) -> tuple[C
     def collect_performance(source: str, seed: int, ctx: Context) -> Outputs:
         if not ctx.gpu:
             return {}, {}
+        unable = cannot_run(gemm, ctx)
+        if unable:
+            return {"unable": unable}, {}
         meta, fns = start_collect(gemm.kernels, source)
         if fns is None:
             return meta, {}
@@ -143,6 +167,9 @@ def checks(gemm: TensorGemm, prefix: str, race_hint: str = RING_HINT) -> tuple[C
         meta, arrays = outputs
         if not ctx.gpu:
             return CheckResult(speed, NOT_GRADED, performance.NO_GPU, 0.0)
+        if meta.get("unable"):
+            return CheckResult(speed, NOT_GRADED, f"not graded: {meta['unable']}; its speed counts on the course's "
+                               "Hopper GPU", 0.0)
         if meta.get("compile_error") is not None:
             return does_not_compile(speed, meta["compile_error"], seed)
         if "correctness" not in meta or \

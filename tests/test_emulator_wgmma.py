@@ -115,14 +115,28 @@ def test_a_warpgroup_multiplies_its_strips_into_the_documented_accumulators(cuda
     assert np.array_equal(C, expected), np.argwhere(C != expected)[:8]
 
 
-def test_wgmmas_in_flight_on_the_same_accumulators_add_up_in_the_order_issued(cuda, source_module):
+def _chain(cuda, source_module, source: str = CHAIN):
+    """(C of CHAIN or a variant of it, A B in float64)."""
     rng = np.random.default_rng(11)
     A, Bt = (rng.integers(-4, 5, shape).astype(np.float32) for shape in ((64, 48), (64, 48)))
     C = np.full((64, 64), np.nan, np.float32)
-    kernel = source_module(CHAIN, include_dirs=[str(PYCUDA_INCLUDE_DIR)], arch="sm_90a").get_function("chain")
+    kernel = source_module(source, include_dirs=[str(PYCUDA_INCLUDE_DIR)], arch="sm_90a").get_function("chain")
     kernel(cuda.In(bf16.to_bits(A)), cuda.In(bf16.to_bits(Bt)), cuda.Out(C), block=(128, 1, 1), grid=(1, 1))
-    expected = A.astype(np.float64) @ Bt.T.astype(np.float64)
+    return C, A.astype(np.float64) @ Bt.T.astype(np.float64)
+
+
+def test_wgmmas_in_flight_on_the_same_accumulators_add_up_in_the_order_issued(cuda, source_module):
+    C, expected = _chain(cuda, source_module)
     assert np.array_equal(C, expected), np.argwhere(C != expected)[:8]
+
+
+def test_wgmmas_adding_to_accumulators_set_before_them_keep_them_across_a_wait_that_completes_nothing(
+        cuda, source_module):
+    C, expected = _chain(cuda, source_module, _edited(CHAIN, {
+        "    float d[32];\n": "    float d[32];\n    for (int i = 0; i < 32; ++i) d[i] = 1.0f;\n",
+        "s > 0);": "1);",
+        "    wgmma_wait_group(0);\n": "    wgmma_wait_group(1);\n    wgmma_wait_group(0);\n"}))
+    assert np.array_equal(C, expected + 1), np.argwhere(C != expected + 1)[:8]
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="the architecture is nvcc's to check")

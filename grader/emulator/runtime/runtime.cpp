@@ -941,7 +941,7 @@ extern "C" void __emu_wgmma_wait(int pending) {
     size_t kept = 0;
     for (size_t i = 0; i < f->wgmmas.size(); i++) {
         if (f->wgmmas[i].group >= 0 && f->wgmmas[i].group <= through) complete_wgmma(f, i);
-        else f->wgmmas[kept++] = std::move(f->wgmmas[i]);
+        else if (kept++ != i) f->wgmmas[kept - 1] = std::move(f->wgmmas[i]);   // a vector moved onto itself empties
     }
     f->wgmmas.resize(kept);
 }

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 from conftest import ON_EMULATOR
 
+from grader.kernels import sgemm
+
 
 def test_builtin_indices_in_3d(cuda, source_module):
     mod = source_module("""
@@ -130,22 +132,25 @@ def test_asynchronous_copy_lands_only_at_the_wait(cuda, source_module):
 
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="a GPU's registers hold whatever they held")
-def test_a_local_read_before_it_is_written_is_nan_in_every_block(cuda, source_module):
-    """A thread's locals start as 0xff bytes, not as what its stack held before (zeros at first, then the
-    previous block's values): an accumulator the kernel forgot to set is NaN, whatever the thread order. (A
-    kernel with a barrier: one without runs its threads one after another on one stack; and an array in
-    memory: the compiler keeps what it can in registers, where an unset value is whatever it makes of it.)"""
+@pytest.mark.parametrize("barrier", ["__syncthreads();", ""])
+def test_a_local_read_before_it_is_written_holds_the_pattern_in_every_block(cuda, source_module, barrier):
+    """A thread's locals start as the pattern of grader.emulator.build.LOCALS_PATTERN, not as what its stack held
+    before (in a kernel without a barrier, whose threads run one after another on one stack: the previous
+    thread's values): an accumulator the kernel forgot to set is named as such, whatever the thread order. (An
+    array in memory: the compiler keeps what it can in registers, where an unset value is whatever it makes of
+    it.)"""
     mod = source_module("""
     __device__ __noinline__ void fill(float* x, int n, float v) { for (int i = 0; i < n; ++i) x[i] += v; }
     __global__ void forgot(float* out) {
         float acc[8];                        // never set to zero
-        __syncthreads();
+        BARRIER
         fill(acc, 8, 1.0f);
         out[blockIdx.x * blockDim.x + threadIdx.x] = acc[threadIdx.x % 8];
-    }""")
+    }""".replace("BARRIER", barrier))
     out = np.zeros(4 * 64, np.float32)
     mod.get_function("forgot")(cuda.Out(out), block=(64, 1, 1), grid=(4, 1))
-    assert np.isnan(out).all(), out[~np.isnan(out)][:8]
+    assert (out.view(np.uint32) == sgemm.LOCALS_PATTERN_BITS).all(), out[:8]
+    assert "a local variable never initialised" in sgemm.value_hint(out[0])
 
 
 def test_constant_and_device_variables(cuda, source_module):

@@ -63,7 +63,7 @@ def test_a_b_descriptor_with_the_wrong_stride_between_groups_of_k_gives_a_wrong_
 
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the accumulators hold whatever the registers held")
-def test_a_kernel_whose_solution_regions_are_blank_gets_no_point_and_hears_of_uninitialised_values():
+def test_a_kernel_whose_solution_regions_are_blank_gets_no_point_and_hears_of_its_accumulators_never_initialised():
     """The student's copy before any work: no copies, no wgmma, the accumulators stored as they were."""
     blank = _variant("            const int s = kt % STAGES;\n            mbarrier_wait_parity(&full[s]", "            continue;\n"
                      "            const int s = kt % STAGES;\n            mbarrier_wait_parity(&full[s]")
@@ -72,7 +72,14 @@ def test_a_kernel_whose_solution_regions_are_blank_gets_no_point_and_hears_of_un
                           "            if (kt >= STAGES)", 1)
     for check in ("wgmma-gemm-correctness", "wgmma-gemm-races"):
         r = run_here("warp-specialized-wgmma", check, blank, 1)
-        assert not r.passed and "from an uninitialised value" in r.message, r.text()
+        assert not r.passed and r.message.count("a local variable never initialised") == 1, r.text()
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the accumulators hold whatever the registers held")
+def test_a_first_wgmma_that_adds_to_accumulators_never_set_is_named():
+    adds = _variant("BK * 128, 1024), kt > 0 || k > 0);", "BK * 128, 1024), 1);")
+    r = run_here("warp-specialized-wgmma", "wgmma-gemm-correctness", adds, 1)
+    assert not r.passed and r.message.count("a local variable never initialised") == 1, r.text()
 
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="the emulator's words")

@@ -57,6 +57,7 @@ EDITS = {
         "    const int row = blockIdx.x * blockDim.x + threadIdx.x;\n    const int col = blockIdx.y * blockDim.y + threadIdx.y;")),
     "01/k_loop_to_n.cu": (COALESCED, ("for (int k = 0; k < K; ++k)", "for (int k = 0; k < N; ++k)")),
     "01/a_row_stride_n.cu": (COALESCED, ("A[row * K + k]", "A[row * N + k]")),
+    "01/sum_not_initialised.cu": (COALESCED, ("float sum = 0.0f;", "float sum;")),
     "02/no_sync_after_loads.cu": (SMEM, ("        __syncthreads();\n        for", "        for")),
     "02/no_sync_after_products.cu": (SMEM, ("Bs[k][tx];\n        __syncthreads();", "Bs[k][tx];")),
     "02/no_zero_fill.cu": (SMEM, (SMEM_LOADS[0], "if (row < M && k0 + tx < K) As[ty][tx] = A[row * K + k0 + tx];"),
@@ -313,3 +314,14 @@ def test_a_fault_the_cpu_gives_no_address_for_is_not_reported_at_nil():
     with pytest.raises(driver.LaunchError) as err:
         sgemm.run(stage("bank-conflict-free"), A, B, function)
     assert "(nil)" not in str(err.value) and "misaligned" in str(err.value), str(err.value)
+
+
+@pytest.mark.skipif(grader.BACKEND.name != "emulator", reason="the emulator's pattern for a local never initialised")
+def test_a_sum_never_initialised_is_named_and_not_taken_for_a_race():
+    """Threads run one after another on one stack: a local would hold what the thread before left there, and the
+    result would depend on the threads' order. It holds a pattern instead, which the correctness check names."""
+    text = source("01/sum_not_initialised.cu")
+    r = run_here("coalesced", "correctness", text, 1)
+    assert not r.passed and r.message.count("a local variable never initialised") == 1, r.text()
+    r = run_here("coalesced", "races", text, 1)
+    assert r.passed, r.text()

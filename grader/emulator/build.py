@@ -47,6 +47,9 @@ BUILD_KEY_MARK = b"GRADER-EMU-BUILD-KEY:"
 # otherwise a kernel or __device__ function named like an exported C library
 # symbol (step, index, sleep, read, ...) would resolve to the library's.
 MODULE_LINK_FLAGS = ("-Wl,-Bsymbolic",)
+# A local variable never initialised holds a pattern (GCC's 0xFE bytes: about -1.7e38 as a float), not what the
+# thread run before on the same stack left there: on a GPU each thread has registers of its own.
+LOCALS_PATTERN = "-ftrivial-auto-var-init=pattern"
 
 
 class BuildError(Exception):
@@ -103,6 +106,18 @@ def _digest(*parts) -> str:
 
 
 @functools.lru_cache(maxsize=None)
+@functools.cache
+def _common_flags(compiler: str) -> tuple[str, ...]:
+    """The flags of every kernel build; LOCALS_PATTERN where the compiler knows it (GCC 12+, clang)."""
+    try:
+        known = subprocess.run([compiler, LOCALS_PATTERN, "-x", "c++", "-fsyntax-only", "-"], input="",
+                               capture_output=True, timeout=60).returncode == 0
+    except OSError:
+        known = False
+    return ("-std=gnu++17", "-fPIC", "-fstack-clash-protection", "-fno-strict-aliasing", "-U_FORTIFY_SOURCE",
+            *((LOCALS_PATTERN,) if known else ()))
+
+
 def _compiler_id(cmd: str) -> str:
     try:
         return subprocess.run([cmd, "--version"], capture_output=True, text=True, timeout=60).stdout.split("\n")[0]
@@ -265,7 +280,7 @@ def precompiled_headers() -> Path | None:
         return Path(given)
     if config.prebuilt_runtime() is not None:
         return None
-    folder = cache_dir() / f"headers-{_digest(_header_bytes(), HEADER_KINDS, _compiler_id(cxx()))}"
+    folder = cache_dir() / f"headers-{_digest(_header_bytes(), HEADER_KINDS, _common_flags(cxx()), _compiler_id(cxx()))}"
     for kind, extra_flags in HEADER_KINDS.items():
         if not os.path.exists(folder / kind / "cuda_emu.h.gch"):
             _precompile(folder / kind, extra_flags)
@@ -477,8 +492,7 @@ def _nvcc_outside(nvcc_dir: Path, tool: str, include_dirs: list[str]) -> list[st
 # ---- the source policy: the build's own preprocessor, three ways ---------------------------------
 
 def _flags(extra_flags, options: list[str], include_dirs: list[str]) -> list[str]:
-    return ["-std=gnu++17", "-fPIC", "-fstack-clash-protection", "-fno-strict-aliasing", "-U_FORTIFY_SOURCE",
-            *extra_flags, f"-I{RUNTIME_DIR}", f"-I{STUB_INCLUDE_DIR}", f"-I{PYCUDA_INCLUDE_DIR}",
+    return [*_common_flags(cxx()), *extra_flags, f"-I{RUNTIME_DIR}", f"-I{STUB_INCLUDE_DIR}", f"-I{PYCUDA_INCLUDE_DIR}",
             *host_flags(options, include_dirs)]
 
 
@@ -598,8 +612,8 @@ def _baseline_imports(no_extern_c: bool, analysis: bool) -> frozenset:
 def _module_key(source: str, options: list[str], include_dirs: list[str], no_extern_c: bool, analysis: bool) -> str:
     tool = None if analysis else nvcc()
     return _digest(source, options, include_dirs, no_extern_c, ANALYSIS_FLAGS if analysis else ("-O2",),
-                   MODULE_LINK_FLAGS, _header_bytes(), runtime_library().name, _compiler_id(cxx()),
-                   tool and _compiler_id(tool))
+                   MODULE_LINK_FLAGS, _common_flags(cxx()), _header_bytes(), runtime_library().name,
+                   _compiler_id(cxx()), tool and _compiler_id(tool))
 
 
 def trusted_files() -> list[Path]:

@@ -79,6 +79,9 @@ def driver_of(function):
 # arithmetic produces, so an element still holding it was never written; any
 # other NaN was computed by the kernel.
 POISON_BITS = np.uint32(0x7FC0C0DE)
+# What a float local variable never initialised holds on the emulator (grader.emulator.build.LOCALS_PATTERN, GCC's
+# bytes); a sum onto it stays this value.
+LOCALS_PATTERN_BITS = np.uint32(0xFEFEFEFE)
 
 
 def poisoned(shape) -> np.ndarray:
@@ -114,9 +117,13 @@ def never_written(values: np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=np.float32).view(np.uint32) == POISON_BITS
 
 
-def nan_hint(value, name: str = "C", inputs: str = "A or B") -> str:
-    """What a NaN found in output `name` means, said only when it is sure."""
+def value_hint(value, name: str = "C", inputs: str = "A or B") -> str:
+    """What a value of output `name` that no correct kernel gives (a NaN, the emulator's pattern of a local
+    variable never initialised) means, said only when it is sure."""
     value = np.float32(value)
+    if value.view(np.uint32) == LOCALS_PATTERN_BITS:
+        return (" (a local variable never initialised: the emulator fills them with 0xFE bytes, which is "
+                "-1.69474e+38 as a float; on a GPU it holds whatever its register held)")
     if not np.isnan(value):
         return ""
     if value.view(np.uint32) == POISON_BITS:

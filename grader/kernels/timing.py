@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from grader.kernels.sgemm import POISON_BITS, launcher, nan_hint, tolerance
+from grader.kernels.sgemm import POISON_BITS, launcher, tolerance, value_hint
 from grader.platform import settings
 from grader.platform.backend import current as current_backend
 from grader.platform.devices import bf16_tensor_peak, device_peaks
@@ -664,7 +664,7 @@ def output_problem(w) -> str:
         r, c = divmod(int(bad.ravel().nonzero()[0][0]), w.N)
         got = np.uint32(int(w.C.view(np.uint32)[r, c])).view(np.float32)
         return (f"{wrong} wrong element(s) of {w.M * w.N}; first at row {r}, column {c}: cuBLAS "
-                f"{float(w.C_ref[r, c]):.6g}, kernel {float(got):.6g}{nan_hint(got)}")
+                f"{float(w.C_ref[r, c]):.6g}, kernel {float(got):.6g}{value_hint(got)}")
     ratio = precision_ratio(w.C, w.C_ref, w.K)
     if ratio > MAX_PRECISION_RATIO:
         cause = ("products accumulated in less than FP32 (FP16 accumulators?)" if w.bf16 else

@@ -180,7 +180,7 @@ def judge_case(case: Case, data: dict, host, rng, said: set) -> tuple[list[str],
     cmp = sgemm.compare(C, A, B)
     if not cmp.ok:
         r, col, want, got = cmp.first
-        nan = sgemm.nan_hint(C[r, col])
+        nan = sgemm.value_hint(C[r, col])
         problems.append(f"{cmp.wrong} of {M * N} elements wrong; first at row {r}, column {col}: expected "
                         f"{want:.6g}, got {got:.6g}" + "".join(wrong_patterns.once([nan and (nan, nan)], said)))
     return problems, misaligned

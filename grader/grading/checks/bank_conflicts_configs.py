@@ -188,7 +188,7 @@ def _judge_config(d: dict, data: dict, rng, index: int, arrays: dict,
             said.add(UNWRITTEN)
         if not cmp.ok:
             r, c, want, got = cmp.first
-            nan = sgemm.nan_hint(C[r, c])
+            nan = sgemm.value_hint(C[r, c])
             problems.append(f"{cmp.wrong} of {M * N} elements of C wrong; first at row {r}, column {c}: "
                             f"expected {want:.6g}, got {got:.6g}" + "".join(wrong_patterns.once([nan and (nan, nan)],
                                                                                                 said)))

@@ -144,7 +144,7 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         if not cmp.ok:
             r, c, want, got = cmp.first
             bad = sgemm.wrong_elements(C, A, B)[0]
-            nan = sgemm.nan_hint(C[r, c])
+            nan = sgemm.value_hint(C[r, c])
             hints = wrong_patterns.once([nan and (nan, nan),
                                          wrong_patterns.partial_tiles_only(bad, ctx.stage.block_tile()),
                                          wrong_patterns.unwritten_rectangle(C, bad),

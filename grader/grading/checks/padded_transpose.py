@@ -36,7 +36,7 @@ from grader.grading.checks.common import (
 from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import CheckResult
 from grader.kernels import transpose
-from grader.kernels.sgemm import driver_of, nan_hint, poisoned
+from grader.kernels.sgemm import driver_of, poisoned, value_hint
 
 # (rows, cols) of `in`: not square, not multiples of 32 (one of each kind of edge), one row, one column.
 SHAPES = [(1, 1), (1, 45), (45, 1), (33, 65), (100, 37), (31, 97), (257, 130)]
@@ -69,7 +69,7 @@ def _compare(out: np.ndarray, x: np.ndarray, said: set | None = None) -> str | N
         return None
     r, c = (int(v) for v in np.argwhere(bad)[0])
     got = out[r, c]
-    nan = nan_hint(got, "out", "in")
+    nan = value_hint(got, "out", "in")
     hints = wrong_patterns.once([nan and (nan, nan), wrong_patterns.transposed_in_tiles(out, want)],
                                 set() if said is None else said)
     return (f"{int(bad.sum())} of {out.size} elements of out wrong; first out[{r}][{c}]: expected in[{c}][{r}] = "

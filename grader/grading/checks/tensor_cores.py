@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from grader.grading.checks import performance, thresholds
+from grader.grading.checks import performance, thresholds, wrong_patterns
 from grader.grading.checks.common import (
     GUARD_BITS,
     GuardedCase,
@@ -39,7 +39,7 @@ from grader.grading.checks.common import (
 from grader.grading.protocol import Check, Context, Outputs
 from grader.grading.report import NOT_GRADED, PASSED, CheckResult
 from grader.kernels import bf16, tensor_gemm, timing
-from grader.kernels.sgemm import driver_of, nan_hint
+from grader.kernels.sgemm import driver_of, value_hint
 from grader.kernels.tensor_gemm import TensorGemm
 from grader.platform.backend import drivers
 
@@ -57,16 +57,18 @@ def shapes(on_gpu: bool) -> list[tuple[int, int, int]]:
     return SHAPES + [LARGE_GPU if on_gpu else LARGE_EMULATOR]
 
 
-def _compare(C: np.ndarray, A: np.ndarray, B: np.ndarray) -> str | None:
+def _compare(C: np.ndarray, A: np.ndarray, B: np.ndarray, said: set) -> str | None:
     """None when every element of C is within the tolerance of the exact product, else how many are not and
-    the first of them."""
+    the first of them (with what its value means, where `said` does not hold it yet)."""
     exact, tolerance = bf16.product_and_tolerance(A, B)
     bad = ~(np.abs(C - exact) <= tolerance)
     if not bad.any():
         return None
     r, c = (int(v) for v in np.argwhere(bad)[0])
+    hint = value_hint(C[r, c])
     return (f"{int(bad.sum())} of {C.size} elements of C wrong; first C[{r}][{c}]: expected {exact[r, c]:.6g} "
-            f"(within {tolerance[r, c]:.2g}), got {C[r, c]:.6g}{nan_hint(C[r, c])}")
+            f"(within {tolerance[r, c]:.2g}), got {C[r, c]:.6g}" + "".join(wrong_patterns.once([hint and (hint, hint)],
+                                                                                             said)))
 
 
 RING_HINT = ("threads read a stage before its copy landed or after it was refilled: a wait on the wrong mbarrier or "
@@ -112,7 +114,7 @@ def checks(gemm: TensorGemm, prefix: str, race_hint: str = RING_HINT) -> tuple[C
             return does_not_compile(correctness, meta["compile_error"], seed)
         unable = meta.get("emulated_because")
         rng = np.random.default_rng(seed)
-        cases = [GuardedCase(f"M={M} N={N} K={K}", (M, N), "C", lambda C, said, AB=AB: _compare(C, *AB), "C correct")
+        cases = [GuardedCase(f"M={M} N={N} K={K}", (M, N), "C", lambda C, said, AB=AB: _compare(C, *AB, said), "C correct")
                  for M, N, K in shapes(ctx.gpu and not unable) for AB in [tensor_gemm.inputs(M, N, K, rng)]]
         ok, lines = judge_guarded(list(meta.get("shapes", [])), arrays, cases)
         head = (f"correct on all {len(cases)} shapes" if ok else "wrong") + f" (random seed {seed}; {gemm.geometry()})"

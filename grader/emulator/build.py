@@ -106,7 +106,6 @@ def _digest(*parts) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-@functools.cache
 def _common_flags(compiler: str) -> tuple[str, ...]:
     """The flags of every kernel build; LOCALS_PATTERN where the compiler knows it (GCC 12+, clang)."""
     try:
@@ -118,6 +117,7 @@ def _common_flags(compiler: str) -> tuple[str, ...]:
             *((LOCALS_PATTERN,) if known else ()))
 
 
+@functools.lru_cache(maxsize=None)
 def _compiler_id(cmd: str) -> str:
     try:
         return subprocess.run([cmd, "--version"], capture_output=True, text=True, timeout=60).stdout.split("\n")[0]
@@ -280,7 +280,8 @@ def precompiled_headers() -> Path | None:
         return Path(given)
     if config.prebuilt_runtime() is not None:
         return None
-    folder = cache_dir() / f"headers-{_digest(_header_bytes(), HEADER_KINDS, _common_flags(cxx()), _compiler_id(cxx()))}"
+    key = _digest(_header_bytes(), HEADER_KINDS, _common_flags(cxx()), _compiler_id(cxx()))
+    folder = cache_dir() / f"headers-{key}"
     for kind, extra_flags in HEADER_KINDS.items():
         if not os.path.exists(folder / kind / "cuda_emu.h.gch"):
             _precompile(folder / kind, extra_flags)

@@ -447,7 +447,9 @@ static void resolve_barrier() {
 // what its stack held (zeros at first, then another thread's values: a result that depends on the thread
 // order): a value read before it is written is NaN, in any order, and the checks say where NaNs come from.
 // Only the top of the stack, where the kernel's frame lies, for speed. (A launch without fibers runs its threads
-// one after another on one stack: there a local holds what the runtime's calls left.)
+// one after another on one stack: there a local holds what the runtime's calls left.) Where the compiler knows
+// -ftrivial-auto-var-init=pattern (build.py, LOCALS_PATTERN), a kernel's own variables start as its pattern
+// instead, in either kind of launch; this covers what it does not initialise.
 static const size_t kPoisonedStack = 4096;
 static void* fresh_fiber(char* lo, size_t size, void (*entry)()) {
     const size_t poisoned = std::min(size, kPoisonedStack);

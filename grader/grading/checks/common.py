@@ -385,6 +385,7 @@ def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, 
                                             len(ORDER_SEEDS), output, order_cause)
         unwritten = sgemm.never_written(first)
         computed_nan = np.isnan(first) & ~unwritten
+        uninitialised = first.view(np.uint32) == sgemm.LOCALS_PATTERN_BITS
         if unwritten.any():
             problems.append(f"{int(unwritten.sum())} element(s) of {output} were never written: "
                             f"only a kernel that {does} is credited with being race-free")
@@ -392,11 +393,11 @@ def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, 
             hint = sgemm.value_hint(first[computed_nan][0], output)
             problems.append(f"{int(computed_nan.sum())} element(s) of {output} are NaN{hint}: only a kernel that "
                             f"{does} is credited with being race-free")
-        elif (first.view(np.uint32) == sgemm.LOCALS_PATTERN_BITS).any():
-            held = first.view(np.uint32) == sgemm.LOCALS_PATTERN_BITS
-            problems.append(f"{int(held.sum())} element(s) of {output} are {first[held][0]:.6g}"
-                            f"{sgemm.value_hint(first[held][0], output)}: only a kernel that {does} is credited with "
-                            "being race-free")
+        elif uninitialised.any():
+            value = first[uninitialised][0]
+            problems.append(f"{int(uninitialised.sum())} element(s) of {output} are {value:.6g}"
+                            f"{sgemm.value_hint(value, output)}: only a kernel that {does} is credited with being "
+                            "race-free")
         elif not first.any():           # the inputs are random: no kernel that computes anything gives this
             problems.append(f"{output} is 0 everywhere: only a kernel that {does} is credited with being race-free")
     elif not failure:

@@ -11,14 +11,14 @@
 #include "hopper.cuh"
 
 #define BM 128
-#define BN 128
+#define BN 256
 #define BK 64                          // 128 bytes of bfloat16: one swizzled row
-#define STAGES 4
+#define STAGES 3
 #define CONSUMERS 256                  // warpgroups 0 and 1
 #define PRODUCER CONSUMERS             // the first thread of warp 8
 #define STAGE_A (BM * BK)              // elements of a stage
 #define STAGE_B (BK * BN)
-#define WGMMA wgmma_m64n128k16_bf16_nmajor
+#define WGMMA wgmma_m64n256k16_bf16_nmajor
 
 extern "C" __global__ void __launch_bounds__(CONSUMERS + 32)
 gemm_wgmma(const __grid_constant__ TensorMap a_map, const __grid_constant__ TensorMap b_map, float* C, int M, int N,

@@ -1,5 +1,5 @@
 """The wgmma GEMM of the Hopper lab (solutions/warp-specialized-wgmma.cu), as the exercise
-warp-specialized-wgmma grades it: a producer warp's swizzled tensor copies through a ring of four stages, two
+warp-specialized-wgmma grades it: a producer warp's swizzled tensor copies through a ring of three stages, two
 consumer warpgroups whose wgmmas read A K-major and B N-major by descriptor. The reference passes both checks;
 a stage released before its wgmmas completed is a race naming the copies and the wgmma, a B descriptor with a
 wrong stride gives a wrong C, and a copy through a tensor map its thread did not fence is named."""

@@ -61,11 +61,11 @@ TMA_RING = TensorGemm(Kernels("tma-ring.cu", ("gemm_tma",), no_extern_c=True), "
 # Warps 0-3 consume 64 x 64 tiles in wmma fragments, warp 4 produces (BK 32, three stages in static memory).
 WARP_SPECIALIZED = TensorGemm(Kernels("warp-specialized-wmma.cu", ("gemm_bf16",), no_extern_c=True), "gemm_bf16",
                               bm=64, bn=64, threads=160, a_box=(64, 32), b_box=(32, 64))
-# Two consumer warpgroups of wgmma on 128 x 128 tiles, a producer warp, four stages of 64 x 64 swizzled boxes
+# Two consumer warpgroups of wgmma on 128 x 256 tiles, a producer warp, three stages of 64 x 64 swizzled boxes
 # (BK 64) in dynamic shared memory, 1 KiB more to align them.
 WGMMA = TensorGemm(Kernels("warp-specialized-wgmma.cu", ("gemm_wgmma",), no_extern_c=True, arch="sm_90a"),
-                   "gemm_wgmma", bm=128, bn=128, threads=288, a_box=(128, 64), b_box=(64, 64), swizzle=128,
-                   shared=4 * (128 * 64 + 64 * 128) * 2 + 1024)
+                   "gemm_wgmma", bm=128, bn=256, threads=288, a_box=(128, 64), b_box=(64, 64), swizzle=128,
+                   shared=3 * (128 * 64 + 64 * 256) * 2 + 1024)
 
 
 def inputs(M: int, N: int, K: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

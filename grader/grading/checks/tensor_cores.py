@@ -43,10 +43,10 @@ from grader.kernels.sgemm import driver_of, value_hint
 from grader.kernels.tensor_gemm import TensorGemm
 from grader.platform.backend import drivers
 
-# (M, N, K): multiples of 8, none of the tiles (64 x 64 or 128 x 128) but the first; one tile of K, and K past
-# either ring (3 x 32, 4 x 64).
+# (M, N, K): multiples of 8, none of the tiles (64 x 64 or 128 x 256) but the first; one tile of K, and K past
+# either ring (3 x 32, 3 x 64); on the emulator too, a second column of 256-wide tiles.
 SHAPES = [(64, 64, 64), (8, 8, 8), (96, 80, 72), (200, 136, 40), (72, 200, 264)]
-LARGE_EMULATOR = (128, 192, 256)
+LARGE_EMULATOR = (128, 264, 256)
 LARGE_GPU = (2048, 3000, 1024)
 RACES_SHAPE = (72, 80, 328)            # K past either ring: a stage is refilled
 GUARD = 4096
@@ -67,8 +67,8 @@ def _compare(C: np.ndarray, A: np.ndarray, B: np.ndarray, said: set) -> str | No
     r, c = (int(v) for v in np.argwhere(bad)[0])
     hint = value_hint(C[r, c])
     return (f"{int(bad.sum())} of {C.size} elements of C wrong; first C[{r}][{c}]: expected {exact[r, c]:.6g} "
-            f"(within {tolerance[r, c]:.2g}), got {C[r, c]:.6g}" + "".join(wrong_patterns.once([hint and (hint, hint)],
-                                                                                             said)))
+            f"(within {tolerance[r, c]:.2g}), got {C[r, c]:.6g}"
+            + "".join(wrong_patterns.once([hint and (hint, hint)], said)))
 
 
 RING_HINT = ("threads read a stage before its copy landed or after it was refilled: a wait on the wrong mbarrier or "
@@ -114,7 +114,8 @@ def checks(gemm: TensorGemm, prefix: str, race_hint: str = RING_HINT) -> tuple[C
             return does_not_compile(correctness, meta["compile_error"], seed)
         unable = meta.get("emulated_because")
         rng = np.random.default_rng(seed)
-        cases = [GuardedCase(f"M={M} N={N} K={K}", (M, N), "C", lambda C, said, AB=AB: _compare(C, *AB, said), "C correct")
+        cases = [GuardedCase(f"M={M} N={N} K={K}", (M, N), "C", lambda C, said, AB=AB: _compare(C, *AB, said),
+                             "C correct")
                  for M, N, K in shapes(ctx.gpu and not unable) for AB in [tensor_gemm.inputs(M, N, K, rng)]]
         ok, lines = judge_guarded(list(meta.get("shapes", [])), arrays, cases)
         head = (f"correct on all {len(cases)} shapes" if ok else "wrong") + f" (random seed {seed}; {gemm.geometry()})"

@@ -275,3 +275,13 @@ def test_cli_check_on_a_cu_file_and_a_notebook():
                         "smem-tiling.ipynb"), "--stage", "smem-tiling", "--checks", "correctness"],
                        capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert p.returncode == 0 and "TILED_SOURCE" in p.stdout, p.stdout + p.stderr
+
+
+def test_pycudas_clean_up_complaints_after_a_lost_context_are_said_once():
+    from grader.grading.isolation import quieted
+    noise = "".join("PyCUDA WARNING: a clean-up operation failed (dead context maybe?)\ncuMemFree failed: unspecified "
+                    "launch failure\n" for _ in range(17))
+    out = quieted("C[0][0] = 1.5\n" + noise + "PyCUDA WARNING: a clean-up operation failed (dead context maybe?)\n"
+                  "cuModuleUnload failed: unspecified launch failure")
+    assert out == "C[0][0] = 1.5\nPyCUDA could not free 18 object(s) at exit: the failed launch lost the context", out
+    assert quieted("C[0][0] = 1.5") == "C[0][0] = 1.5"

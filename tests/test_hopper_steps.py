@@ -4,7 +4,8 @@ wmma-tiled) and tensor copies through a ring of mbarrier stages refilled after a
 race named by its lines and its likely cause, a wait on the wrong parity a deadlock named by its line, a copy
 no thread waits for (a refill past the last step) and a copy through an unfenced tensor map are named, not
 taken for deadlocks; nvcc compiles both for sm_90. On a GPU that has no tensor copies, a kernel with them is
-checked on the emulator and its speed is not graded."""
+checked on the emulator and its speed is not graded; a GPU's hang of a kernel with mbarriers is said to be a
+wait on a phase."""
 import shutil
 import subprocess
 from pathlib import Path
@@ -119,3 +120,10 @@ def test_on_a_gpu_without_tensor_copies_the_ring_is_checked_on_the_emulator_and_
     assert r.status == NOT_GRADED and r.message.endswith("its speed counts on the course's Hopper GPU"), r.text()
     assert tensor_gemm.WMMA_TILED.lacks((8, 9)) is None and tensor_gemm.TMA_RING.lacks((10, 0)) is None
     assert "Hopper's alone" in tensor_gemm.WGMMA.lacks((10, 0)) and tensor_gemm.WGMMA.lacks((9, 0)) is None
+
+
+def test_a_hang_of_a_kernel_with_mbarriers_is_said_to_be_a_wait_on_a_phase():
+    """On a GPU a wait on a phase that never completes (or that a refill moved past) hangs until the budget."""
+    ring = tensor_cores.TMA_RING_CHECKS + tensor_cores.CHECKS + tensor_cores.WGMMA_CHECKS
+    assert all("an mbarrier wait on a phase that never completes" in c.hang_hint for c in ring)
+    assert all("__syncthreads()" in c.hang_hint for c in tensor_cores.WMMA_TILED_CHECKS)

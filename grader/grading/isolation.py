@@ -34,6 +34,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -326,8 +327,22 @@ def _collect_held(name: str, spec, exercise: str, submission: str, seed: int, jo
         out, timed_out = _communicate(proc, json.dumps(job) + "\n", timeout, lock)
         reader.join(timeout=10)
     hint = spec.hang_hint if spec is not None else ""
-    return _outcome(name, hint, b"".join(chunks), (out or "").strip(), proc.returncode, timed_out, timeout,
+    return _outcome(name, hint, b"".join(chunks), quieted((out or "").strip()), proc.returncode, timed_out, timeout,
                     bool(budgets))
+
+
+# PyCUDA's two lines, at exit, for each object it could not free once a failed launch had lost the context.
+_CLEANUP = re.compile(r"^PyCUDA WARNING: a clean-up operation failed \(dead context maybe\?\)\n"
+                      r"cu\w+ failed: [^\n]*(\n|$)", re.M)
+
+
+def quieted(out: str) -> str:
+    """A grading process's output with PyCUDA's clean-up complaints said once, with their number."""
+    n = len(_CLEANUP.findall(out))
+    if not n:
+        return out
+    return (_CLEANUP.sub("", out).strip() + f"\nPyCUDA could not free {n} object(s) at exit: the failed launch "
+            "lost the context").strip()
 
 
 def _communicate(proc, job: str, timeout: float, lock: timing.ChildLock) -> tuple[str, bool]:

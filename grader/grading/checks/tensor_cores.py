@@ -36,7 +36,7 @@ from grader.grading.checks.common import (
     launch_failure,
     start_collect,
 )
-from grader.grading.protocol import Check, Context, Outputs
+from grader.grading.protocol import KERNEL_HANG, Check, Context, Outputs
 from grader.grading.report import NOT_GRADED, PASSED, CheckResult
 from grader.kernels import bf16, tensor_gemm, timing
 from grader.kernels.sgemm import driver_of, value_hint
@@ -73,6 +73,8 @@ def _compare(C: np.ndarray, A: np.ndarray, B: np.ndarray, said: set) -> str | No
 
 RING_HINT = ("threads read a stage before its copy landed or after it was refilled: a wait on the wrong mbarrier or "
              "parity, or a stage released before it was read?")
+RING_HANG = ("an mbarrier wait on a phase that never completes, or on one a refill has already moved past (a stage "
+             "refilled before every thread had waited for it)? an endless loop?")
 TILE_HINT = ("threads read a tile before every thread had stored its part, or overwrote it while others still read "
              "it: a __syncthreads() missing?")
 
@@ -88,9 +90,10 @@ def cannot_run(gemm: TensorGemm, ctx: Context) -> str | None:
         f"cannot run this kernel: {lacks}"
 
 
-def checks(gemm: TensorGemm, prefix: str, race_hint: str = RING_HINT) -> tuple[Check, Check, Check]:
+def checks(gemm: TensorGemm, prefix: str, race_hint: str = RING_HINT,
+           hang_hint: str = RING_HANG) -> tuple[Check, Check, Check]:
     """The correctness, race and performance checks of `gemm`'s kernel, named prefix-correctness,
-    prefix-races and prefix-performance; race_hint: the likely cause of a race."""
+    prefix-races and prefix-performance; race_hint and hang_hint: the likely cause of a race, of a hang."""
     correctness, races, speed = f"{prefix}-correctness", f"{prefix}-races", f"{prefix}-performance"
 
     def collect_correctness(source: str, seed: int, ctx: Context) -> Outputs:
@@ -181,13 +184,13 @@ def checks(gemm: TensorGemm, prefix: str, race_hint: str = RING_HINT) -> tuple[C
                                     "its speed counts")
         return performance.rated(speed, meta, thresholds.for_stage(ctx.exercise), seed, meta.get("log", ""))
 
-    return (Check(correctness, collect_correctness, judge_correctness, timeout=300),
-            Check(races, collect_races, judge_races, timeout=300),
-            Check(speed, collect_performance, judge_performance, timeout=480, timed_on_reference=False,
-                  times_kernels=True))
+    return (Check(correctness, collect_correctness, judge_correctness, timeout=300, hang_hint=hang_hint),
+            Check(races, collect_races, judge_races, timeout=300, hang_hint=hang_hint),
+            Check(speed, collect_performance, judge_performance, timeout=480, hang_hint=hang_hint,
+                  timed_on_reference=False, times_kernels=True))
 
 
-WMMA_TILED_CHECKS = checks(tensor_gemm.WMMA_TILED, "wmma-gemm", TILE_HINT)
+WMMA_TILED_CHECKS = checks(tensor_gemm.WMMA_TILED, "wmma-gemm", TILE_HINT, KERNEL_HANG)
 TMA_RING_CHECKS = checks(tensor_gemm.TMA_RING, "tma-gemm")
 CHECKS = checks(tensor_gemm.WARP_SPECIALIZED, "tensor-gemm")
 WGMMA_CHECKS = checks(tensor_gemm.WGMMA, "wgmma-gemm")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo")
 
@@ -35,12 +36,6 @@ class LocalSlurm:
     def logs(self) -> str:
         return "".join(f"\n--- {p.name}\n" + p.read_text(errors="replace")[-3000:]
                        for p in sorted((self.folder / "log").glob("*.log")))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _fake_gpus(dev: Path, count: int) -> list[str]:
@@ -58,7 +53,7 @@ def _config(folder: Path, host: str, gpus: list[str]) -> str:
     gres = f" Gres=gpu:{len(gpus)}" if gpus else ""
     return "\n".join([
         "ClusterName=grading", f"SlurmctldHost={host}(127.0.0.1)",
-        f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}", f"SlurmUser={user}", f"SlurmdUser={user}",
+        f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}", f"SlurmUser={user}", f"SlurmdUser={user}",
         "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={folder}/munge/socket",
         f"StateSaveLocation={folder}/state", f"SlurmdSpoolDir={folder}/spool",
         f"SlurmctldPidFile={folder}/slurmctld.pid", f"SlurmdPidFile={folder}/slurmd.pid",

@@ -38,7 +38,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 LAB, NB = "01-naive-coalesced", "naive-coalesced"
@@ -163,12 +163,6 @@ def release(requirements, tmp_path_factory) -> Path:
     return folder
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def lab_server(release, tmp_path_factory):
     """JupyterLab on 127.0.0.1, rooted at the release folder, on the emulator; stopped whatever happens."""
@@ -193,7 +187,7 @@ def lab_server(release, tmp_path_factory):
         "JUPYTERLAB_WORKSPACES_DIR": str(home / "workspaces"),
         "IPYTHONDIR": str(home / "ipython"),
     })
-    port = _free_port()
+    port = free_port()
     log = open(home / "jupyterlab.log", "w+b")
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",

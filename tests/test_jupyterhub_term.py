@@ -39,6 +39,7 @@ test is skipped, except in CI (CI set), where it fails: .ci/run installs them.
 """
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import pwd
@@ -57,7 +58,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbgrader_course import cell_scores, notebook_name, points, source_notebook, submission_score
-from test_browser import CHROMIUM, CHROMIUM_ARGS, EDITOR_TEXT, _answers, _filled, _free_port, _stop
+from ports import free_port
+from test_browser import CHROMIUM, CHROMIUM_ARGS, EDITOR_TEXT, _answers, _filled, _stop
 from test_browser import _missing as _browser_missing
 
 import grader
@@ -220,11 +222,11 @@ def _hub(top: Path, users: list[str], instructor: str, installed: Path):
     (override / "nbgrader_config.py").write_text(f"c.Exchange.root = {str(exchange)!r}\n")
     for d in (top / "etc", shipped, override):
         d.chmod(0o755)
-    port = _free_port()
+    port = free_port()
     config = state / "jupyterhub_config.py"
     config.write_text(HUB_CONFIG.format(
         shipped=str(DEPLOY / "jupyterhub_config.py"), password=PASSWORD, users=set(users), instructor=instructor,
-        port=port, hub_port=_free_port(), api_port=_free_port(), state=state,
+        port=port, hub_port=free_port(), api_port=free_port(), state=state,
         environment={"JUPYTER_CONFIG_PATH": os.pathsep.join([str(override), str(shipped)]),
                      "PYTHONPATH": str(installed),
                      "GRADER_BACKEND": grader.BACKEND.name}))
@@ -247,7 +249,7 @@ def _hub(top: Path, users: list[str], instructor: str, installed: Path):
                 with urllib.request.urlopen(f"{url}/hub/api/", timeout=5) as r:
                     if r.status == 200:
                         break
-            except OSError:
+            except (OSError, http.client.HTTPException):     # not up yet, or another server holds the port
                 pass
             if time.monotonic() > deadline:
                 pytest.fail(f"JupyterHub did not answer within {HUB_START} s:\n{hub_log()}", pytrace=False)

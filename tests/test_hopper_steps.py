@@ -9,7 +9,6 @@ wait on a phase."""
 import shutil
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from conftest import ON_EMULATOR
@@ -20,6 +19,7 @@ from grader.grading.checks import tensor_cores
 from grader.grading.registry import run_here
 from grader.grading.report import NOT_GRADED
 from grader.kernels import tensor_gemm
+from grader.platform import devices
 
 SOLUTIONS = Path(__file__).resolve().parent.parent / "solutions"
 TILED = (SOLUTIONS / "wmma-tiled.cu").read_text()
@@ -98,18 +98,10 @@ def test_nvcc_compiles_it_for_sm_90(tmp_path, source):
     assert p.returncode == 0, p.stderr
 
 
-class _Ada:
-    """Device 0 of a GPU with wmma but no tensor copies."""
-    def name(self):
-        return "NVIDIA GeForce RTX 4090"
-
-    def compute_capability(self):
-        return 8, 9
-
-
 @pytest.mark.skipif(not ON_EMULATOR, reason="stands a fake GPU in for this one")
 def test_on_a_gpu_without_tensor_copies_the_ring_is_checked_on_the_emulator_and_its_speed_not_graded(monkeypatch):
-    monkeypatch.setattr(tensor_cores, "drivers", lambda: (SimpleNamespace(Device=lambda i: _Ada()), None))
+    # device 0: a GPU with wmma but no tensor copies
+    monkeypatch.setattr(devices, "name_and_capability", lambda device=None: ("NVIDIA GeForce RTX 4090", (8, 9)))
     correctness, _, speed = tensor_cores.TMA_RING_CHECKS
     ctx = protocol.Context("tma-ring", gpu=True)
     r = protocol.run_here(correctness, RING, 1, ctx)

@@ -171,6 +171,13 @@ def _default(device):
     return device if device is not None else drivers()[0].Device(0)
 
 
+def name_and_capability(device=None) -> tuple[str, tuple[int, int]]:
+    """The name and compute capability of `device` (default: device 0 of the chosen backend)."""
+    device = _default(device)
+    major, minor = device.compute_capability()
+    return device.name(), (major, minor)
+
+
 def device_limits(device=None) -> Limits:
     """The occupancy limits of `device` (default: device 0 of the chosen backend)."""
     device = _default(device)

@@ -260,7 +260,7 @@ def run_gpu(stage_list, args, argv) -> int:
         say(f"bench: cannot benchmark: {e}")
         return 2
     device = drv.Context.get_device()
-    name, cc = device.name(), device.compute_capability()
+    name, cc = devices.name_and_capability(device)
     try:
         peak = timing.fp32_peak(device)
         dram = devices.device_peaks(device)[1]

@@ -41,7 +41,7 @@ from grader.grading.report import NOT_GRADED, PASSED, CheckResult
 from grader.kernels import bf16, tensor_gemm, timing
 from grader.kernels.sgemm import driver_of, value_hint
 from grader.kernels.tensor_gemm import TensorGemm
-from grader.platform.backend import drivers
+from grader.platform import devices
 
 # (M, N, K): multiples of 8, none of the tiles (64 x 64 or 128 x 256) but the first; one tile of K, and K past
 # either ring (3 x 32, 3 x 64); on the emulator too, a second column of 256-wide tiles.
@@ -83,11 +83,9 @@ def cannot_run(gemm: TensorGemm, ctx: Context) -> str | None:
     """On a GPU that cannot run `gemm`'s kernel, why not; else (no GPU, or one that can) None."""
     if not ctx.gpu:
         return None
-    device = drivers()[0].Device(0)
-    capability = device.compute_capability()
-    lacks = gemm.lacks(capability)
-    return lacks and f"this GPU ({device.name()}, compute capability {capability[0]}.{capability[1]}) " \
-        f"cannot run this kernel: {lacks}"
+    name, (major, minor) = devices.name_and_capability()
+    lacks = gemm.lacks((major, minor))
+    return lacks and f"this GPU ({name}, compute capability {major}.{minor}) cannot run this kernel: {lacks}"
 
 
 def checks(gemm: TensorGemm, prefix: str, race_hint: str = RING_HINT,

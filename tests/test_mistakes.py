@@ -91,6 +91,7 @@ EDITS = {
                                                            "        }\n    }\n")),
     "09/stage_released_early.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", (
         "            if (kt > 0) mbarrier_arrive(&empty[(kt - 1) % STAGES]);", "            mbarrier_arrive(&empty[s]);")),
+    "09/no_final_wait.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", ("        wgmma_wait_group(0);\n", "")),
     "06/bk_literal.cu": (SOLUTIONS / "warptiling.cu", ("    for (int k = 0; k < BK; ++k) {",
                                                       "    for (int k = 0; k < 8; ++k) {")),
     "06/lane_layout_literal.cu": (SOLUTIONS / "warptiling.cu", (
@@ -233,6 +234,9 @@ CASES = [
     Mistake("09/stage_released_early.cu", "warp-specialized-wgmma", "wgmma-gemm-races", FAILED,
             said_once=("race(s) on shared memory, e.g.", "the bulk copy on line 53 (thread (256, 0, 0)) overwrites what "
                        "line 63")),
+    Mistake("09/no_final_wait.cu", "warp-specialized-wgmma", "wgmma-gemm-correctness", FAILED,
+            said_once=("a wgmma's accumulator read before a wgmma_wait_group() completed it",),
+            never=("uninitialised",)),
     Mistake("06/no_fragment_reload.cu", "warptiling", "bank-conflicts-configs", FAILED,
             never=("written as a number", "belongs")),
     Mistake("06/bk_literal.cu", "warptiling", "bank-conflicts-configs", FAILED,

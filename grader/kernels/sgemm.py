@@ -82,6 +82,8 @@ POISON_BITS = np.uint32(0x7FC0C0DE)
 # What a float local variable never initialised holds on the emulator (grader.emulator.build.LOCALS_PATTERN, GCC's
 # bytes); a sum onto it stays this value.
 LOCALS_PATTERN_BITS = np.uint32(0xFEFEFEFE)
+# What a wgmma's accumulators hold on the emulator until the wait that completes it (its runtime's in_flight_nan).
+WGMMA_IN_FLIGHT_BITS = np.uint32(0x7FC0A51C)
 
 
 def poisoned(shape) -> np.ndarray:
@@ -128,6 +130,9 @@ def value_hint(value, name: str = "C", inputs: str = "A or B") -> str:
         return ""
     if value.view(np.uint32) == POISON_BITS:
         return f" (never written: {name} was poisoned with NaN before the launch)"
+    if value.view(np.uint32) == WGMMA_IN_FLIGHT_BITS:
+        return (" (a wgmma's accumulator read before a wgmma_wait_group() completed it: the emulator fills them "
+                "with this NaN while the wgmma is in flight; on a GPU the value is undefined)")
     return (" (a NaN the kernel computed: from an uninitialised value, such as shared memory read before it is "
             f"written, or from a read outside {inputs})")
 

@@ -72,7 +72,7 @@ extern "C" __global__ void gemm_bf16(const __grid_constant__ TensorMap a_map,
         __syncwarp();
         for (int e = t % 32; e < 32 * 32; e += 32) {
             const int r = wm + e / 32, c = wn + e % 32;
-            if (m0 + r < M && n0 + c < N) C[(m0 + r) * N + n0 + c] = Cs[r * BN + c];
+            if (m0 + r < M && n0 + c < N) C[size_t(m0 + r) * N + n0 + c] = Cs[r * BN + c];
         }
     }
 }

@@ -251,6 +251,20 @@ def test_out_of_bounds_write_says_where_it_is_among_the_allocations():
     assert report.out_of_bounds[0].place in message
 
 
+def test_a_pointer_given_as_an_integer_names_its_argument():
+    """PyCUDA passes numpy.uintp(int(allocation)) to a pointer parameter as the pointer itself."""
+    mod = compiler.SourceModule("""
+    __global__ void past(float* C, int n) {
+        if (threadIdx.x == 5) C[n] = 1.0f;
+    }""")
+    n = 1 << 18
+    C = driver.mem_alloc(4 * n)
+    with analyze():
+        with pytest.raises(driver.LaunchError) as err:
+            mod.get_function("past")(np.uintp(int(C)), np.int32(n), block=(32, 1, 1))
+    assert "0 bytes past the end of argument 0 (float*, a 1048576-byte buffer)" in str(err.value), str(err.value)
+
+
 def test_place_among_allocations():
     from grader.emulator.analysis import place_among
     ranges, names = [(1000, 100), (5000, 40)], ["A", "B"]

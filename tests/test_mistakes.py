@@ -91,6 +91,7 @@ EDITS = {
                                                            "        }\n    }\n")),
     "09/stage_released_early.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", (
         "            if (kt > 0) mbarrier_arrive(&empty[(kt - 1) % STAGES]);", "            mbarrier_arrive(&empty[s]);")),
+    "09/stage_never_released.cu": (SOLUTIONS / "warp-specialized-wmma.cu", ("            mbarrier_arrive(&empty[s]);\n", "")),
     "09/no_final_wait.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", ("        wgmma_wait_group(0);\n", "")),
     "06/bk_literal.cu": (SOLUTIONS / "warptiling.cu", ("    for (int k = 0; k < BK; ++k) {",
                                                       "    for (int k = 0; k < 8; ++k) {")),
@@ -234,6 +235,10 @@ CASES = [
     Mistake("09/stage_released_early.cu", "warp-specialized-wgmma", "wgmma-gemm-races", FAILED,
             said_once=("race(s) on shared memory, e.g.", "the bulk copy on line 53 (thread (256, 0, 0)) overwrites what "
                        "line 63")),
+    Mistake("09/stage_never_released.cu", "warp-specialized", "tensor-gemm-correctness", FAILED,   # each wait its own
+            said_once=("1 thread(s) wait on an mbarrier on line 46 for its phase of parity 0 (the phase in progress has "
+                       "parity 0: 128 of its 128 arrival(s)", "on line 58 for its phase of parity 1 (the phase in "
+                       "progress has parity 1: 1 of its 1 arrival(s)")),
     Mistake("09/no_final_wait.cu", "warp-specialized-wgmma", "wgmma-gemm-correctness", FAILED,
             said_once=("a wgmma's accumulator read before a wgmma_wait_group() completed it",),
             never=("uninitialised",)),

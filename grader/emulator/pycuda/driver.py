@@ -719,9 +719,11 @@ def _copy_variables(src: LoadedModule, dest: LoadedModule) -> None:
 
 
 def _buffer_name(start: int, size: int, values, kernel: Kernel) -> str:
-    """A device allocation as the student knows it: the argument pointing into it."""
+    """A device allocation as the student knows it: the argument pointing into it (a device pointer, or a
+    64-bit integer such as numpy.uintp given to a pointer parameter)."""
     for i, (char, value) in enumerate(values):
-        if char == "P" and start <= value < start + max(size, 1):
+        pointer = char == "P" or (kernel.params[i].kind == "pointer" and isinstance(value, (int, np.integer)))
+        if pointer and start <= int(value) < start + max(size, 1):
             return f"argument {i} ({kernel.params[i].type_name}, a {size}-byte buffer)"
     return f"a {size}-byte device buffer that is not an argument of the launch"
 

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -394,27 +395,26 @@ static std::string describe_waits() {
     char buf[320];
     for (auto& kv : at_barrier) { snprintf(buf, sizeof buf, "; %d thread(s) wait at __syncthreads() on line %d", kv.second, kv.first); s += buf; }
     for (auto& kv : at_warp) { snprintf(buf, sizeof buf, "; %d thread(s) wait at a warp-synchronous call on line %d", kv.second, kv.first); s += buf; }
-    std::map<std::pair<int, int>, int> at_mbarrier;   // (line, parity) -> threads
-    const Mbarrier* waited = nullptr;
+    // Each mbarrier waited on, with the state of its phase in progress: threads wait on several at once when
+    // a producer and its consumers wait for each other.
+    std::map<std::tuple<int, int, const void*>, int> at_mbarrier;   // (line, parity, mbarrier) -> threads
     for (auto& f : L.fibers)
-        if (f.state == kAtMbarrier) {
-            at_mbarrier[{f.line, f.mbarrier_parity}]++;
-            auto it = L.mbarriers.find(f.mbarrier);
-            if (it != L.mbarriers.end()) waited = &it->second;
-        }
+        if (f.state == kAtMbarrier) at_mbarrier[{f.line, f.mbarrier_parity, f.mbarrier}]++;
     for (auto& kv : at_mbarrier) {
+        const auto& [line, parity, address] = kv.first;
         snprintf(buf, sizeof buf, "; %d thread(s) wait on an mbarrier on line %d for its phase of parity %d",
-                 kv.second, kv.first.first, kv.first.second);
+                 kv.second, line, parity);
         s += buf;
-    }
-    if (waited && waited->tx >= 0) {
-        snprintf(buf, sizeof buf, " (the phase in progress has parity %d: %u of its %u arrival(s) and %lld announced "
-                 "byte(s) missing)", waited->phase, waited->pending, waited->expected, waited->tx);
-        s += buf;
-    } else if (waited) {
-        snprintf(buf, sizeof buf, " (the phase in progress has parity %d: %u of its %u arrival(s) missing, and its "
-                 "copies brought %lld byte(s) more than mbarrier_arrive_expect_tx() announced: announce the bytes "
-                 "of every copy landing on it)", waited->phase, waited->pending, waited->expected, -waited->tx);
+        auto it = L.mbarriers.find(address);
+        if (it == L.mbarriers.end()) continue;
+        const Mbarrier& m = it->second;
+        if (m.tx >= 0)
+            snprintf(buf, sizeof buf, " (the phase in progress has parity %d: %u of its %u arrival(s) and %lld "
+                     "announced byte(s) missing)", m.phase, m.pending, m.expected, m.tx);
+        else
+            snprintf(buf, sizeof buf, " (the phase in progress has parity %d: %u of its %u arrival(s) missing, and "
+                     "its copies brought %lld byte(s) more than mbarrier_arrive_expect_tx() announced: announce the "
+                     "bytes of every copy landing on it)", m.phase, m.pending, m.expected, -m.tx);
         s += buf;
     }
     if (L.ndone) { snprintf(buf, sizeof buf, "; %d thread(s) have exited", L.ndone); s += buf; }

@@ -82,7 +82,8 @@ POISON_BITS = np.uint32(0x7FC0C0DE)
 # What a float local variable never initialised holds on the emulator (grader.emulator.build.LOCALS_PATTERN, GCC's
 # bytes); a sum onto it stays this value.
 LOCALS_PATTERN_BITS = np.uint32(0xFEFEFEFE)
-# What a wgmma's accumulators hold on the emulator until the wait that completes it (its runtime's in_flight_nan).
+# What a wgmma's accumulators hold on the emulator until the wait that completes it (in_flight_nan in its
+# runtime.cpp).
 WGMMA_IN_FLIGHT_BITS = np.uint32(0x7FC0A51C)
 
 

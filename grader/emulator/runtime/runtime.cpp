@@ -18,10 +18,10 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <tuple>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "analysis.h"

@@ -24,6 +24,7 @@ from nbgrader_course import (
     grade_id,
     gradebook,
     graded_course,
+    load_config,
     naive_without_bounds_check,
     new_course,
     on_release,
@@ -280,6 +281,15 @@ def test_a_hanging_submission_costs_seconds(course):
         assert TIMES[(LAB2, "hang")] < 60, TIMES
     cells = cell_scores(course[0], LAB2, "hang")
     assert cells["smem-tiling-correctness"] == 0 and cells["smem-tiling-races"] == 0
+
+
+def test_a_cell_that_overflows_the_compiler_costs_no_time_limit(course):
+    """IPython never replies to a cell whose compilation overflows the stack (the memory bomb's 100,000-term
+    sum): the autograde finds it before the kernel, instead of waiting out the cell's time limit."""
+    limit = load_config(course[0]).Execute.timeout
+    assert TIMES[(LAB2, "memory-bomb")] < limit, TIMES
+    bomb = next(c for c in autograded_notebook(course[0], LAB2, "memory-bomb").cells if c.source.startswith("BIG = "))
+    assert [o.ename for o in bomb.outputs] == ["RecursionError"], bomb.outputs
 
 
 def test_a_notebook_graded_from_its_text_gets_the_grades_of_one_that_ran(course):

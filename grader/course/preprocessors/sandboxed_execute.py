@@ -124,16 +124,17 @@ class SandboxedExecute(Execute):
             finally:
                 _lock_paths = []
 
-    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+    def preprocess_cell(self, cell, resources, index):
         # IPython never replies to a cell whose compilation overflows the stack (a 100,000-term sum):
         # that cell would cost its whole time limit. Compiling it here (nothing runs) finds it first.
+        # (Here, not in async_execute_cell: nbclient's execute_cell calls its own, not an override.)
         if cell.cell_type == "code":
             try:
-                compile(cell.source, f"<cell {cell_index}>", "exec")
+                compile(cell.source, f"<cell {index}>", "exec")
             except (RecursionError, MemoryError) as e:
                 cell.outputs = [nbformat.v4.new_output("error", ename=type(e).__name__, evalue=str(e)[:200],
                                                        traceback=[f"{type(e).__name__}: {e}"[:300]])]
-                return cell
+                return cell, resources
             except (SyntaxError, ValueError):
                 pass                    # magics, or a real syntax error: the kernel says which
-        return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        return super().preprocess_cell(cell, resources, index)

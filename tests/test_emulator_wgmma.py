@@ -14,7 +14,7 @@ from conftest import ON_EMULATOR
 
 from grader.emulator.build import PYCUDA_INCLUDE_DIR
 from grader.kernels import bf16
-from grader.kernels.sgemm import WGMMA_IN_FLIGHT_BITS
+from grader.kernels.sgemm import WGMMA_IN_FLIGHT_BITS, value_hint
 
 # Core matrix (r / 8, k / 8) of a 16-wide slice of K at (r / 8) SBO + (k / 8) LBO bytes: SBO 256, LBO 128.
 STRIP = """#include "hopper.cuh"
@@ -157,9 +157,20 @@ def test_a_strip_in_order_has_no_race(cuda, source_module):
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the accumulators hold whatever the tensor cores left")
 def test_accumulators_read_before_the_wait_hold_no_result(cuda, source_module):
-    source = _source(64, **{"        wgmma_wait_group(0);\n": ""})
-    C, _, _ = _run(cuda, source_module, source, 64, K=32)
+    source = _source(64, **{"        wgmma_wait_group(0);\n        __syncthreads();\n    }\n": "    }\n",
+                            "= d[i];\n": "= d[i];\n    wgmma_wait_group(0);\n"})
+    C, _, _ = _run(cuda, source_module, source, 64, K=16)
     assert (C.view(np.uint32) == WGMMA_IN_FLIGHT_BITS).all()     # the NaN the grader names
+    assert "read before a wgmma_wait_group() completed it" in value_hint(C[0, 0])
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the wgmma's result is lost without a word")
+def test_a_thread_that_ends_with_a_wgmma_in_flight_is_stopped_at_its_line(cuda, source_module):
+    source = _source(64, **{"        wgmma_wait_group(0);\n": ""})
+    with pytest.raises(cuda.LaunchError) as e:
+        _run(cuda, source_module, source, 64, K=32)
+    assert f"the wgmma on line {_line(source, 'wgmma_m64n64k16_bf16(')} was still in flight when its thread " \
+           "ended" in str(e.value), str(e.value)
 
 
 @pytest.mark.skipif(not ON_EMULATOR, reason="on a GPU the accumulators hold whatever the tensor cores left")
@@ -172,7 +183,8 @@ def test_a_wait_that_leaves_one_group_pending_completes_the_older_one(cuda, sour
             "        wgmma_commit_group();\n"
             "        wgmma_m64n8k16_bf16(e, wgmma_descriptor(As, 128, 256), wgmma_descriptor(Bs, 128, 256), 0);\n"
             "        wgmma_commit_group();\n        wgmma_wait_group(1);\n",
-        "    const int warp": "    for (int i = 0; i < 4 && t >= 64; ++i) d[i] = e[i];\n    const int warp"})
+        "    const int warp": "    for (int i = 0; i < 4 && t >= 64; ++i) d[i] = e[i];\n    wgmma_wait_group(0);\n"
+                          "    const int warp"})
     C, expected, _ = _run(cuda, source_module, source, 8, K=16)
     assert np.array_equal(C[:32], expected[:32]) and (C[32:].view(np.uint32) == WGMMA_IN_FLIGHT_BITS).all(), C
 

@@ -235,13 +235,12 @@ CASES = [
     Mistake("09/stage_released_early.cu", "warp-specialized-wgmma", "wgmma-gemm-races", FAILED,
             said_once=("race(s) on shared memory, e.g.", "the bulk copy on line 53 (thread (256, 0, 0)) overwrites what "
                        "line 63")),
-    Mistake("09/stage_never_released.cu", "warp-specialized", "tensor-gemm-correctness", FAILED,   # each wait its own
+    Mistake("09/stage_never_released.cu", "warp-specialized", "tensor-gemm-correctness", FAILED,   # each phase by its waits
             said_once=("1 thread(s) wait on an mbarrier on line 46 for its phase of parity 0 (the phase in progress has "
                        "parity 0: 128 of its 128 arrival(s)", "on line 58 for its phase of parity 1 (the phase in "
                        "progress has parity 1: 1 of its 1 arrival(s)")),
     Mistake("09/no_final_wait.cu", "warp-specialized-wgmma", "wgmma-gemm-correctness", FAILED,
-            said_once=("a wgmma's accumulator read before a wgmma_wait_group() completed it",),
-            never=("uninitialised",)),
+            said_once=("the wgmma on line 63 was still in flight when its thread ended",), never=("uninitialised",)),
     Mistake("06/no_fragment_reload.cu", "warptiling", "bank-conflicts-configs", FAILED,
             never=("written as a number", "belongs")),
     Mistake("06/bk_literal.cu", "warptiling", "bank-conflicts-configs", FAILED,

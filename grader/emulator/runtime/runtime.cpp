@@ -348,9 +348,20 @@ static void perform_stores(Fiber* f, int through_group) {
     f->stores.resize(kept);
 }
 
+// A wgmma's accumulators hold its result only after a wait that completes it: a thread that ends with one in
+// flight has lost it (or stored what they held before), and on a GPU it may still read the block's shared memory.
+static void check_no_wgmma_in_flight(const Fiber* f) {
+    if (!f->wgmmas.empty())
+        fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', " + where() + ": the wgmma on line " +
+                                 std::to_string(f->wgmmas.front().line) + " was still in flight when its thread ended: "
+                                 "its accumulators hold its result only once a wgmma_wait_group() has completed it, so "
+                                 "wait before reading them");
+}
+
 static void fiber_main() {
     L.thunk(L.fn, L.params);
     Fiber* f = cur;
+    check_no_wgmma_in_flight(f);
     perform_stores(f, INT_MAX);
     f->state = kDone;
     L.ndone++;
@@ -370,6 +381,7 @@ static void sequential_main() {
         cur = f;
         threadIdx = f->tid;
         L.thunk(L.fn, L.params);
+        check_no_wgmma_in_flight(f);
         perform_stores(f, INT_MAX);
         f->state = kDone;
         L.ndone++;

@@ -220,6 +220,8 @@ CASES = [
             said_once=("M=131 N=77 K=45: 40364 bytes", "the reduction must run on the GPU")),
     Mistake("08/no_sync_after_loads.cu", "sssp", "sssp-races", FAILED,
             said_once=("between loading the tile and relaxing it",)),
+    Mistake("08/no_sync_after_loads.cu", "sssp", "sssp-distances", FAILED,
+            said_once=("no tile relaxed anything", "the tile read before its threads loaded it?")),
     Mistake("08/bottom_halo_not_loaded.cu", "sssp", "sssp-distances", FAILED,
             said_once=("lie on the edges of 32 x 32 tiles", "a halo cell not loaded"),
             never=("a sweep too few",)),

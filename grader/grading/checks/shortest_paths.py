@@ -75,7 +75,8 @@ def stalled_hint(dist: np.ndarray, lowered: np.ndarray, source: int) -> tuple[st
     finite = np.isfinite(dist)
     if finite.sum() == 1 and finite.reshape(-1)[source]:
         return "nothing relaxed", ("every distance but the source's is still +inf: no tile relaxed anything (the "
-                                   "test that skips a tile skips them all?)")
+                                   "test that skips a tile skips them all? the tile read before its threads loaded "
+                                   "it?)")
     r, c = np.nonzero(lowered)
     edge = (r % SSSP_TILE == 0) | (r % SSSP_TILE == SSSP_TILE - 1) | (c % SSSP_TILE == 0) | \
         (c % SSSP_TILE == SSSP_TILE - 1)

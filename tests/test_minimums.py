@@ -54,6 +54,14 @@ def test_same_cell_twice_fails():
     assert "the same cell twice" in r.message, r.message
 
 
+def test_a_kernel_that_writes_nothing_gets_no_likely_cause():
+    """No minimum written anywhere: the scalar tail's hint (right when only tail inputs fail) is not said."""
+    nothing = TOP2[:TOP2.index("__global__ void top2(")] + "__global__ void top2(const float* x, int n, top2_key* out) {}\n"
+    r = run_here("top2", "top2-exact", nothing, 3)
+    assert not r.passed and r.message.count("no minimum was written") > 10, r.message
+    assert "tail" not in r.message.replace("(the scalar tail)", ""), r.message
+
+
 HOST = f"""import numpy as np
 import pycuda.driver as drv
 from pycuda.compiler import SourceModule

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from grader.grading.checks import emulator_tools as analysis
-from grader.grading.checks import host_calls, wrong_patterns
+from grader.grading.checks import host_calls
 from grader.grading.checks.common import (
     ORDER_SEEDS,
     does_not_compile,
@@ -101,13 +101,13 @@ def _want_keys(x: np.ndarray) -> list[int]:
     return [int(np.float32(v).view(np.uint32)) << 32 | (r * N + c) for v, r, c in top2.reference_top2(x, N)]
 
 
-def tail_unread(got: tuple[int, int], x: np.ndarray) -> tuple[str, str] | None:
-    """Every minimum missing from the keys lies in the scalar tail (the last n % 4 elements)."""
+def tail_unread(got: tuple[int, int], x: np.ndarray) -> str | None:
+    """Every minimum missing from the keys lies in the scalar tail (the last n % 4 elements): that, said."""
     missed = [k for k in _want_keys(x) if k not in got]
     if not missed or any((k & 0xFFFFFFFF) < 4 * (x.size // 4) for k in missed):
         return None
-    return "tail", (f"the missing minimum lies in the last {x.size % 4} element(s), after the float4 body: the "
-                    "scalar tail not read?")
+    return (f"the missing minimum lies in the last {x.size % 4} element(s), after the float4 body: the scalar tail "
+            "not read?")
 
 
 def second_lost(got: tuple[int, int], x: np.ndarray) -> bool:
@@ -179,7 +179,7 @@ def judge_top2(outputs: Outputs, seed: int, ctx: Context, name: str = "top2-exac
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
     rng = np.random.default_rng(seed)
-    lines, ok, said, seconds = [], True, set(), []
+    lines, ok, wrong = [], True, []         # wrong: (line, keys, input) of each wrong input
     cases = adversarial(rng)
     ran = list(meta.get("cases", []))
     for i, (what, x) in enumerate(cases):
@@ -195,11 +195,14 @@ def judge_top2(outputs: Outputs, seed: int, ctx: Context, name: str = "top2-exac
         problem = compare(keys, x, what) if keys else f"{what}: the grading process returned no keys"
         if problem:
             ok = False
-            lines.append(problem + "".join(f" - {h}" for h in wrong_patterns.once([keys and tail_unread(keys, x)],
-                                                                                   said)))
-            seconds.append((len(lines) - 1, bool(keys) and second_lost(keys, x)))
-    if seconds and all(lost for _, lost in seconds):
-        lines[seconds[0][0]] += f" - {SECOND_LOST}"
+            lines.append(problem)
+            wrong.append((len(lines) - 1, keys, x))
+    # A likely cause is said only where it explains every wrong input (a blank kernel's is neither).
+    if wrong and all(keys and tail_unread(keys, x) for _, keys, x in wrong):
+        line, keys, x = wrong[0]
+        lines[line] += f" - {tail_unread(keys, x)}"
+    elif wrong and all(keys and second_lost(keys, x) for _, keys, x in wrong):
+        lines[wrong[0][0]] += f" - {SECOND_LOST}"
     M, N, K = TOP2_SGEMM_SHAPE
     A, B = top2.inputs(M, N, K, rng)
     if ok:

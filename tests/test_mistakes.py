@@ -29,7 +29,7 @@ TIMING = ("00-pycuda-by-hand", "pycuda-timing")
 MINIMUMS = ("07-minimums", "minimums-host")
 COALESCED, SMEM, BLOCKTILE_1D = SOLUTIONS / "coalesced.cu", SOLUTIONS / "smem-tiling.cu", SOLUTIONS / "blocktile-1d.cu"
 VECTORIZED, DOUBLE_BUFFERING = SOLUTIONS / "vectorized.cu", SOLUTIONS / "double-buffering.cu"
-TOP2, SSSP = SOLUTIONS / "top2.cu", SOLUTIONS / "sssp.cu"
+TOP2, FUSED, SSSP = SOLUTIONS / "top2.cu", SOLUTIONS / "sgemm-top2.cu", SOLUTIONS / "sssp.cu"
 SMEM_LOADS = ("As[ty][tx] = (row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f;",
               "Bs[ty][tx] = (k0 + ty < K && col < N) ? B[(k0 + ty) * N + col] : 0.0f;")
 EDITS = {
@@ -78,6 +78,8 @@ EDITS = {
     "07/no_sync_before_block_merge.cu": (TOP2, ("s2[warp] = k2; }\n    __syncthreads();", "s2[warp] = k2; }")),
     "07/scalar_tail_skipped.cu": (TOP2, ("    for (int i = 4 * n4 + first; i < n; i += stride)\n"
                                          "        insert(make_key(x[i], i), k1, k2);\n", "")),
+    "07/fused_no_sync_after_loads.cu": (FUSED, ("        __syncthreads();\n        for", "        for")),
+    "07/fused_sum_not_initialised.cu": (FUSED, ("float sum = 0.0f;", "float sum;")),
     "07/old_minimum_not_offered.cu": (TOP2, ("            atomicMin(&out[1], old > k1 ? old : k1);\n", "")),
     "07/host_copies_c_back.py": (MINIMUMS, ("    k1, k2 = top2.top2_keys(top2_kernel, c, M * N)\n",
                                             "    C = np.empty((M, N), np.float32)\n    drv.memcpy_dtoh(C, c)\n"
@@ -212,6 +214,10 @@ CASES = [
     Mistake("07/no_sync_before_block_merge.cu", "top2", "top2-races", FAILED,
             said_once=("line 88 (thread (1, 0, 0)) and line 85", "a missing __syncthreads() between the warps' writes")),
     Mistake("07/no_sync_before_block_merge.cu", "top2", "top2-exact", FAILED, never=("second place", "not read?")),
+    Mistake("07/fused_no_sync_after_loads.cu", "sgemm-top2", "sgemm-top2-races", FAILED,
+            said_once=("a missing __syncthreads() after a tile's loads",)),
+    Mistake("07/fused_sum_not_initialised.cu", "sgemm-top2", "sgemm-top2-exact", FAILED,
+            said_once=("(a local variable never initialised",)),
     Mistake("07/scalar_tail_skipped.cu", "top2", "top2-exact", FAILED,
             said_once=("1 x 2: no minimum was written", "the scalar tail not read?")),
     Mistake("07/old_minimum_not_offered.cu", "top2", "top2-exact", FAILED,

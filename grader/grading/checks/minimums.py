@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from grader.grading.checks import emulator_tools as analysis
-from grader.grading.checks import host_calls
+from grader.grading.checks import host_calls, wrong_patterns
 from grader.grading.checks.common import (
     ORDER_SEEDS,
     does_not_compile,
@@ -242,7 +242,12 @@ def _collect_races(kernels, source: str, seed, launch) -> tuple[dict, dict]:
     return meta, {}
 
 
-def _judge_races(meta: dict, seed: int, name: str) -> CheckResult:
+MERGE_RACE = "a missing __syncthreads() between the warps' writes to shared memory and warp 0's reads?"
+FUSED_RACE = ("a missing __syncthreads() after a tile's loads, after its products, or between the warps' writes to "
+              "shared memory and warp 0's reads?")
+
+
+def _judge_races(meta: dict, seed: int, name: str, hint: str) -> CheckResult:
     log = meta.get("log", "")
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
@@ -252,8 +257,7 @@ def _judge_races(meta: dict, seed: int, name: str) -> CheckResult:
     report = analysis.report_from(meta.get("report", {}))
     races, oob = list(report.races), list(report.out_of_bounds)
     if races:
-        problems.append(f"{len(races)} race(s) on shared or global memory - a missing __syncthreads() "
-                        "between the warps' writes to shared memory and warp 0's reads? e.g.:\n  "
+        problems.append(f"{len(races)} race(s) on shared or global memory - {hint} e.g.:\n  "
                         + "\n  ".join(analysis.describe(r) for r in races[:3]))
     if oob:
         problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
@@ -291,7 +295,7 @@ def collect_top2_races(source: str, seed: int, ctx: Context) -> Outputs:
 
 
 def judge_top2_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
-    return _judge_races(outputs[0], seed, "top2-races")
+    return _judge_races(outputs[0], seed, "top2-races", MERGE_RACE)
 
 
 def fused_cases(rng):
@@ -332,7 +336,7 @@ def judge_fused(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     name = "sgemm-top2-exact"
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
-    lines, ok = [], True
+    lines, ok, said = [], True, set()
     cases = fused_cases(np.random.default_rng(seed))
     ran = list(meta.get("cases", []))
     for i, (what, A, B) in enumerate(cases):
@@ -353,7 +357,9 @@ def judge_fused(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         cmp = sgemm.compare(C, A, B)
         if not cmp.ok:
             ok = False
-            lines.append(f"{what}: C itself is wrong: {cmp.describe((M, N, A.shape[1]))}")
+            hint = sgemm.value_hint(cmp.first[3])
+            lines.append(f"{what}: C itself is wrong: {cmp.describe((M, N, A.shape[1]))}"
+                         + "".join(wrong_patterns.once([hint and (hint, hint)], said)))
             continue
         keys = _keys(ran[i].get("keys"))
         problem = compare(keys, C, what) if keys else f"{what}: the grading process returned no keys"
@@ -377,7 +383,7 @@ def collect_fused_races(source: str, seed: int, ctx: Context) -> Outputs:
 
 
 def judge_fused_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
-    return _judge_races(outputs[0], seed, "sgemm-top2-races")
+    return _judge_races(outputs[0], seed, "sgemm-top2-races", FUSED_RACE)
 
 
 TOP2_CHECKS = (Check("top2-exact", collect_top2, judge_top2, timeout=300),

@@ -520,7 +520,7 @@ def _argument_values(args) -> tuple[list, list]:
     handlers, values = [], []
     for i, arg in enumerate(args):
         if isinstance(arg, np.number):
-            values.append((arg.dtype.char, arg))
+            values.append(_prepared_value(arg.dtype.char, arg))      # a numpy.uintp pointer too
         elif isinstance(arg, (DeviceAllocation, PointerHolderBase)):
             values.append(("P", int(arg)))
         elif isinstance(arg, ArgumentHandler):
@@ -700,8 +700,8 @@ class Function:
 
 
 def _prepared_value(char: str, arg) -> tuple[str, object]:
-    """A prepared argument: device memory goes as a pointer whatever integer
-    format stands for it (PyCUDA's examples use numpy.intp)."""
+    """An argument of format `char` (a prepared one, or a numpy scalar): device memory goes as a pointer whatever
+    integer format stands for it (PyCUDA's examples use numpy.intp)."""
     arg = getattr(arg, "gpudata", arg)
     if isinstance(arg, DeviceAllocation):
         return "P", int(arg)
@@ -719,11 +719,9 @@ def _copy_variables(src: LoadedModule, dest: LoadedModule) -> None:
 
 
 def _buffer_name(start: int, size: int, values, kernel: Kernel) -> str:
-    """A device allocation as the student knows it: the argument pointing into it (a device pointer, or a
-    64-bit integer such as numpy.uintp given to a pointer parameter)."""
+    """A device allocation as the student knows it: the argument pointing into it."""
     for i, (char, value) in enumerate(values):
-        pointer = char == "P" or (kernel.params[i].kind == "pointer" and isinstance(value, (int, np.integer)))
-        if pointer and start <= int(value) < start + max(size, 1):
+        if char == "P" and start <= value < start + max(size, 1):
             return f"argument {i} ({kernel.params[i].type_name}, a {size}-byte buffer)"
     return f"a {size}-byte device buffer that is not an argument of the launch"
 

@@ -3,12 +3,17 @@ notebook, edited here; lab 3's unwritten function in tests/mistakes/03/): the ve
 should catch it, the key words of the cause they name (each said once), and words that would mislead."""
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ON_EMULATOR
 from nbgrader_course import reference_answer
 
 import grader
@@ -30,6 +35,7 @@ MINIMUMS = ("07-minimums", "minimums-host")
 COALESCED, SMEM, BLOCKTILE_1D = SOLUTIONS / "coalesced.cu", SOLUTIONS / "smem-tiling.cu", SOLUTIONS / "blocktile-1d.cu"
 VECTORIZED, DOUBLE_BUFFERING = SOLUTIONS / "vectorized.cu", SOLUTIONS / "double-buffering.cu"
 TOP2, FUSED, SSSP = SOLUTIONS / "top2.cu", SOLUTIONS / "sgemm-top2.cu", SOLUTIONS / "sssp.cu"
+WS_WMMA = SOLUTIONS / "warp-specialized-wmma.cu"
 SMEM_LOADS = ("As[ty][tx] = (row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f;",
               "Bs[ty][tx] = (k0 + ty < K && col < N) ? B[(k0 + ty) * N + col] : 0.0f;")
 EDITS = {
@@ -93,8 +99,16 @@ EDITS = {
                                                            "        }\n    }\n")),
     "09/stage_released_early.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", (
         "            if (kt > 0) mbarrier_arrive(&empty[(kt - 1) % STAGES]);", "            mbarrier_arrive(&empty[s]);")),
-    "09/stage_never_released.cu": (SOLUTIONS / "warp-specialized-wmma.cu", ("            mbarrier_arrive(&empty[s]);\n", "")),
+    "09/stage_never_released.cu": (WS_WMMA, ("            mbarrier_arrive(&empty[s]);\n", "")),
     "09/no_final_wait.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", ("        wgmma_wait_group(0);\n", "")),
+    "09/read_before_wait.cu": (WS_WMMA, ("            mbarrier_wait_parity(&full[s], (kt / STAGES) % 2);\n", "")),
+    "09/wrong_parity.cu": (WS_WMMA, ("mbarrier_wait_parity(&full[s], (kt / STAGES) % 2);",
+                                     "mbarrier_wait_parity(&full[s], (kt / STAGES + 1) % 2);")),
+    "09/refilled_before_released.cu": (WS_WMMA, (
+        "            if (kt >= STAGES) mbarrier_wait_parity(&empty[s], (kt / STAGES - 1) % 2);\n", "")),
+    "09/map_not_fenced.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", ("        fence_proxy_tensormap(&b_map);\n", "")),
+    "09/descriptor_stride.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", ("BK * 128, 1024), kt > 0",
+                                                                        "BK * 128, 512), kt > 0")),
     "06/bk_literal.cu": (SOLUTIONS / "warptiling.cu", ("    for (int k = 0; k < BK; ++k) {",
                                                       "    for (int k = 0; k < 8; ++k) {")),
     "06/lane_layout_literal.cu": (SOLUTIONS / "warptiling.cu", (
@@ -249,6 +263,14 @@ CASES = [
                        "progress has parity 1: 1 of its 1 arrival(s)")),
     Mistake("09/no_final_wait.cu", "warp-specialized-wgmma", "wgmma-gemm-correctness", FAILED,
             said_once=("the wgmma on line 63 was still in flight when its thread ended",), never=("uninitialised",)),
+    Mistake("09/read_before_wait.cu", "warp-specialized", "tensor-gemm-races", FAILED,
+            said_once=("line 61 (thread (0, 0, 0)) touches what the bulk copy on line 48 (thread (128, 0, 0)) writes, "
+                       "with no wait for the mbarrier phase that copy completes on",)),
+    Mistake("09/wrong_parity.cu", "warp-specialized", "tensor-gemm-correctness", FAILED,
+            said_once=("the wait on line 58 asks for the phase of parity 1, which passes at once",),
+            never=("ended without a wait",)),
+    Mistake("09/refilled_before_released.cu", "warp-specialized", "tensor-gemm-races", FAILED,
+            said_once=("a stage the producer refilled before its consumers released it?",)),
     Mistake("06/no_fragment_reload.cu", "warptiling", "bank-conflicts-configs", FAILED,
             never=("written as a number", "belongs")),
     Mistake("06/bk_literal.cu", "warptiling", "bank-conflicts-configs", FAILED,
@@ -341,3 +363,30 @@ def test_a_sum_never_initialised_is_named_and_not_taken_for_a_race():
     assert not r.passed and r.message.count("a local variable never initialised") == 1, r.text()
     r = run_here("coalesced", "races", text, 1)
     assert r.passed, r.text()
+
+
+# The Hopper lab's mistakes, each with the exercise that grades it.
+HOPPER = {"09/tile_not_synced.cu": "wmma-tiled", "09/read_before_wait.cu": "warp-specialized",
+          "09/wrong_parity.cu": "warp-specialized", "09/refilled_before_released.cu": "warp-specialized",
+          "09/stage_never_released.cu": "warp-specialized", "09/stage_released_early.cu": "warp-specialized-wgmma",
+          "09/map_not_fenced.cu": "warp-specialized-wgmma", "09/descriptor_stride.cu": "warp-specialized-wgmma",
+          "09/no_final_wait.cu": "warp-specialized-wgmma"}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(ON_EMULATOR, reason="needs a GPU")
+@pytest.mark.parametrize("file", HOPPER)
+def test_on_a_gpu_a_hopper_mistake_fails_its_exercise(file, tmp_path):
+    """Checked as a student checks it. The GPU's own run of a race may come out right; the checks that run on the
+    emulator then catch it. Prints each check's verdict (results/nvidia-h100/hopper-mistakes.md)."""
+    path = tmp_path / Path(file).name
+    path.write_text(source(file))
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "grader", "check", str(path), "--exercise", HOPPER[file], "--json"],
+                         capture_output=True, text=True, timeout=600)
+    seconds = time.perf_counter() - start
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = CheckReport.from_dict(json.loads(run.stdout))
+    assert any(r.status == FAILED for r in report.results), report.text()
+    verdicts = ", ".join(f"{r.name} {r.status}" for r in report.results)
+    print(f"\n{file} ({HOPPER[file]}, {seconds:.0f} s): {verdicts}")

@@ -82,6 +82,8 @@ struct Mbarrier {
     long long tx = 0;          // bytes announced and not landed
     int phase = 0;             // the parity of the phase in progress
     int unwaited = 0;          // the line of a copy whose phase completed and no thread has waited for since
+    int completed = 0;         // phases completed
+    int first_wait = 0;        // the line of a wait that passed before any phase completed (for parity 1)
     struct Copy {
         void* dst;
         const void* src;
@@ -479,13 +481,19 @@ static unsigned long long next_random(unsigned long long& s) {
 static void check_every_copy_waited_for() {
     for (auto& [bar, m] : L.mbarriers) {
         const int line = m.copies.empty() ? m.unwaited : m.copies.front().line;
-        if (line)
-            fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', block (" + std::to_string(blockIdx.x) + "," +
-                                     std::to_string(blockIdx.y) + "," + std::to_string(blockIdx.z) + "): the copy on line " +
-                                     std::to_string(line) + " into shared memory was never waited for: the block's "
-                                     "threads ended without a wait on its mbarrier. On a GPU the block may end before "
-                                     "the copy lands, and it then writes shared memory that the next block uses: wait "
-                                     "for every copy the block issues, and issue only the copies it uses");
+        if (!line) continue;
+        const bool in_first_phase = m.completed == (m.copies.empty() ? 1 : 0);
+        const std::string why = m.first_wait && in_first_phase
+            ? "the wait on line " + std::to_string(m.first_wait) + " asks for the phase of parity 1, which passes at "
+              "once on an mbarrier that has completed no phase yet (the phase before its first), so no thread waited "
+              "for the copy's phase, of parity 0"
+            : "the block's threads ended without a wait on its mbarrier";
+        fail(kLaunchFailure, "kernel '" + std::string(L.kernel) + "', block (" + std::to_string(blockIdx.x) + "," +
+                                 std::to_string(blockIdx.y) + "," + std::to_string(blockIdx.z) + "): the copy on line " +
+                                 std::to_string(line) + " into shared memory was never waited for: " + why + ". On a "
+                                 "GPU the block may end before the copy lands, and it then writes shared memory that "
+                                 "the next block uses: wait for every copy the block issues, and issue only the "
+                                 "copies it uses");
     }
 }
 
@@ -639,6 +647,7 @@ static void complete_if_arrived(const void* bar, Mbarrier& m) {
             m.unwaited = 0;
         }
     m.phase ^= 1;
+    m.completed++;
     m.pending = m.expected;
 }
 
@@ -667,8 +676,10 @@ extern "C" void __emu_mbarrier_arrive(int line, void* bar, long long tx_bytes) {
 extern "C" void __emu_mbarrier_wait(int line, void* bar, unsigned parity) {
     check_not_sequential("an mbarrier wait");
     Mbarrier& m = mbarrier_at(line, bar, "a wait", CALLER_PC);
-    if (m.phase != int(parity & 1)) m.unwaited = 0;       // it waits for the phase that completed last
-    else {                                                // that phase is in progress: wait for it
+    if (m.phase != int(parity & 1)) {                     // it waits for the phase that completed last
+        m.unwaited = 0;
+        if (!m.completed) m.first_wait = line;
+    } else {                                              // that phase is in progress: wait for it
         Fiber* f = cur;
         f->state = kAtMbarrier;
         f->line = line;

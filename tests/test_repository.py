@@ -20,6 +20,7 @@ HISTORY = r"i[s]sue ?#?[0-9]+|w[o]rktree|\.d[e]vice/"
 DEPLOY = "bash deploy/gpu-machine.sh && "
 STARTS = re.compile(r"(?:python3? -m |GRADER_BACKEND=)")
 PYTHON = re.compile(r"\bpython3? (?:-m (?P<module>[\w.]+)(?: (?P<command>[\w-]+))?|(?P<script>[\w./-]+\.py)\b)")
+TEST_PATH = re.compile(r"(?<!\S)(tests(?:/[\w.-]+)*/?)")
 BASH = re.compile(r"\bbash (?P<script>[\w./-]+\.sh)\b")
 
 
@@ -77,7 +78,10 @@ def problems(command: str) -> list[str]:
         found.append("runs no Python module or script")
     for run in runs:
         module, script = run.group("module"), run.group("script")
-        if module is not None and not (module.split(".")[0] == "grader" and module_exists(module)):
+        if module == "pytest":
+            found += [f"no {path} in the repository" for path in TEST_PATH.findall(command[run.end():])
+                      if not (REPO / path).exists()]
+        elif module is not None and not (module.split(".")[0] == "grader" and module_exists(module)):
             found.append(f"no module {module} in the package")
         elif module == "grader" and run.group("command") not in COMMANDS:
             found.append(f"no command {run.group('command')} of python -m grader")
@@ -103,14 +107,14 @@ def test_the_command_check_can_fail():
                 "`python3 -m grader benchmark`\n\n"
                 "```\nbash deploy/gpu-machine.sh && python3 -m grader bench \\\n    --budget 30\n"
                 "GRADER_BACKEND=gpu ncu -o x python3 results/no-such-script.py\n```\n\n"
-                "    python3 -m pytest tests\n")
+                "    python3 -m pytest tests\n\n`python3 -m pytest -m gpu tests/test_no_such_file.py`\n")
     commands = recorded_commands(markdown)
     assert commands == ["GRADER_BACKEND=gpu python3 -m grader.bench --out x",
                         "python3 -m grader benchmark",
                         "python3 -m grader bench --budget 30",
                         "GRADER_BACKEND=gpu ncu -o x python3 results/no-such-script.py",
-                        "python3 -m pytest tests"]
+                        "python3 -m pytest tests", "python3 -m pytest -m gpu tests/test_no_such_file.py"]
     assert [problems(c) for c in commands] == [["no module grader.bench in the package"],
                                                ["no command benchmark of python -m grader"], [],
                                                ["no script results/no-such-script.py in the repository"],
-                                               ["no module pytest in the package"]]
+                                               [], ["no tests/test_no_such_file.py in the repository"]]

@@ -20,6 +20,10 @@ BUDGET_S = 120.0        # the timed rounds (grader.kernels.timing's protocol) at
 PREDICTED_ON = devices.H200     # the GPU a prediction is for, without one
 SAMPLE_LAUNCH_S = 30.0          # the prediction's sampled launch at most (the references' take under 2 s)
 NO_GPU = "not graded: no GPU (performance is only measured, and its points only given, when the grader runs on a GPU)"
+# The kernel runs on the correctness check's inputs again before it is timed.
+WRONG_BEFORE_TIMING = ("not timed: C must be right before the kernel's speed counts, and it was wrong when this "
+                       "check ran the correctness shapes again (if the correctness check passed, C differs from one "
+                       "run to the next: a race?)")
 
 
 def bar_chart(bars: list[tuple[str, float]], required: float, title: str) -> str:
@@ -123,8 +127,7 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     if "correctness" not in meta or correctness.judge((meta["correctness"], arrays), seed, ctx).status != PASSED:
         # Fast but wrong is not fast enough: timing alone checks only the timed
         # shape, which may be a tile multiple where a missing bounds check hides.
-        return CheckResult(NAME, FAILED, "not timed: the kernel must pass the correctness check before its "
-                           "speed counts", 0.0, output=log)
+        return CheckResult(NAME, FAILED, WRONG_BEFORE_TIMING, 0.0, output=log)
     return rated(NAME, meta, thresholds.for_stage(stage.id), seed, log)
 
 

@@ -178,8 +178,7 @@ def checks(gemm: TensorGemm, prefix: str, race_hint: str = RING_HINT,
             return does_not_compile(speed, meta["compile_error"], seed)
         if "correctness" not in meta or \
                 judge_correctness((meta["correctness"], arrays), seed, ctx).status != PASSED:
-            return CheckResult.make(speed, False, "not timed: the kernel must pass the correctness check before "
-                                    "its speed counts")
+            return CheckResult.make(speed, False, performance.WRONG_BEFORE_TIMING)
         return performance.rated(speed, meta, thresholds.for_stage(ctx.exercise), seed, meta.get("log", ""))
 
     return (Check(correctness, collect_correctness, judge_correctness, timeout=300, hang_hint=hang_hint),

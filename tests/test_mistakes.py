@@ -35,7 +35,7 @@ MINIMUMS = ("07-minimums", "minimums-host")
 COALESCED, SMEM, BLOCKTILE_1D = SOLUTIONS / "coalesced.cu", SOLUTIONS / "smem-tiling.cu", SOLUTIONS / "blocktile-1d.cu"
 VECTORIZED, DOUBLE_BUFFERING = SOLUTIONS / "vectorized.cu", SOLUTIONS / "double-buffering.cu"
 TOP2, FUSED, SSSP = SOLUTIONS / "top2.cu", SOLUTIONS / "sgemm-top2.cu", SOLUTIONS / "sssp.cu"
-WS_WMMA = SOLUTIONS / "warp-specialized-wmma.cu"
+WS_WMMA, WS_WGMMA = SOLUTIONS / "warp-specialized-wmma.cu", SOLUTIONS / "warp-specialized-wgmma.cu"
 SMEM_LOADS = ("As[ty][tx] = (row < M && k0 + tx < K) ? A[row * K + k0 + tx] : 0.0f;",
               "Bs[ty][tx] = (k0 + ty < K && col < N) ? B[(k0 + ty) * N + col] : 0.0f;")
 EDITS = {
@@ -97,18 +97,17 @@ EDITS = {
     "08/every_tile_skipped.cu": (SSSP, ("if (recent < round - 1)", "if (recent < round)")),
     "09/tile_not_synced.cu": (SOLUTIONS / "wmma-tiled.cu", ("        }\n        __syncthreads();\n    }\n",
                                                            "        }\n    }\n")),
-    "09/stage_released_early.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", (
+    "09/stage_released_early.cu": (WS_WGMMA, (
         "            if (kt > 0) mbarrier_arrive(&empty[(kt - 1) % STAGES]);", "            mbarrier_arrive(&empty[s]);")),
     "09/stage_never_released.cu": (WS_WMMA, ("            mbarrier_arrive(&empty[s]);\n", "")),
-    "09/no_final_wait.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", ("        wgmma_wait_group(0);\n", "")),
+    "09/no_final_wait.cu": (WS_WGMMA, ("        wgmma_wait_group(0);\n", "")),
     "09/read_before_wait.cu": (WS_WMMA, ("            mbarrier_wait_parity(&full[s], (kt / STAGES) % 2);\n", "")),
     "09/wrong_parity.cu": (WS_WMMA, ("mbarrier_wait_parity(&full[s], (kt / STAGES) % 2);",
                                      "mbarrier_wait_parity(&full[s], (kt / STAGES + 1) % 2);")),
     "09/refilled_before_released.cu": (WS_WMMA, (
         "            if (kt >= STAGES) mbarrier_wait_parity(&empty[s], (kt / STAGES - 1) % 2);\n", "")),
-    "09/map_not_fenced.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", ("        fence_proxy_tensormap(&b_map);\n", "")),
-    "09/descriptor_stride.cu": (SOLUTIONS / "warp-specialized-wgmma.cu", ("BK * 128, 1024), kt > 0",
-                                                                        "BK * 128, 512), kt > 0")),
+    "09/map_not_fenced.cu": (WS_WGMMA, ("        fence_proxy_tensormap(&b_map);\n", "")),
+    "09/descriptor_stride.cu": (WS_WGMMA, ("BK * 128, 1024), kt > 0", "BK * 128, 512), kt > 0")),
     "06/bk_literal.cu": (SOLUTIONS / "warptiling.cu", ("    for (int k = 0; k < BK; ++k) {",
                                                       "    for (int k = 0; k < 8; ++k) {")),
     "06/lane_layout_literal.cu": (SOLUTIONS / "warptiling.cu", (
@@ -263,9 +262,10 @@ CASES = [
                        "progress has parity 1: 1 of its 1 arrival(s)")),
     Mistake("09/no_final_wait.cu", "warp-specialized-wgmma", "wgmma-gemm-correctness", FAILED,
             said_once=("the wgmma on line 63 was still in flight when its thread ended",), never=("uninitialised",)),
-    Mistake("09/read_before_wait.cu", "warp-specialized", "tensor-gemm-races", FAILED,
+    Mistake("09/read_before_wait.cu", "warp-specialized", "tensor-gemm-races", FAILED,     # most frequent race first
             said_once=("line 61 (thread (0, 0, 0)) touches what the bulk copy on line 48 (thread (128, 0, 0)) writes, "
-                       "with no wait for the mbarrier phase that copy completes on",)),
+                       "with no wait for the mbarrier phase that copy completes on",),
+            order=("with no wait for the mbarrier phase", "a stage refilled before its readers released it")),
     Mistake("09/wrong_parity.cu", "warp-specialized", "tensor-gemm-correctness", FAILED,
             said_once=("the wait on line 58 asks for the phase of parity 1, which passes at once",),
             never=("ended without a wait",)),

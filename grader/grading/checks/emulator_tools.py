@@ -47,11 +47,14 @@ def report_data(report) -> dict:
 
 
 def report_from(data: dict):
-    """The report that report_data() described (lists back to tuples: threads and blocks)."""
+    """The report that report_data() described (lists back to tuples: threads and blocks), its races the most
+    frequent first: the checks show the first few, and the most frequent is the likeliest cause."""
     def record(cls, fields: dict):
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
-    return Report(**{key: [record(cls, f) for f in data.get(key, [])] for key, cls in RECORDS.items()},
-                  launches=int(data.get("launches", 0)), global_dropped=int(data.get("global_dropped", 0)))
+    report = Report(**{key: [record(cls, f) for f in data.get(key, [])] for key, cls in RECORDS.items()},
+                    launches=int(data.get("launches", 0)), global_dropped=int(data.get("global_dropped", 0)))
+    report.races.sort(key=lambda r: -r.count)
+    return report
 
 
 def order_problems(first, orders: list[dict], returned, expected: int, name: str, cause: str) -> list[str]:

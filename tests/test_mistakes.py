@@ -20,6 +20,7 @@ import grader
 from grader.grading.checks import wrong_patterns
 from grader.grading.registry import run_here
 from grader.grading.report import FAILED, NOT_GRADED, CheckReport, CheckResult
+from grader.kernels import sgemm
 
 MISTAKES = Path(__file__).resolve().parent / "mistakes"
 SOLUTIONS = Path(__file__).resolve().parent.parent / "solutions"
@@ -339,13 +340,19 @@ def test_a_pattern_is_suggested_only_where_it_is():
     assert wrong_patterns.partial_tiles_only(bad, (32, 32)) is None            # a whole tile is wrong too
     C = np.where(bad, np.float32(np.nan), want)
     assert wrong_patterns.unwritten_rectangle(C, bad) is None                 # computed NaN, not unwritten
+    bad[3, :] = True
+    written = np.where(bad, want + 1, want)
+    C = written.copy()
+    C[3, 5] = C[35, 35] = sgemm.poisoned(())                                  # two never written
+    assert wrong_patterns.partly_unwritten(C, bad, (3, 0))[1].startswith("2 of the wrong elements were never written")
+    assert wrong_patterns.partly_unwritten(C, bad, (3, 5)) is None            # the first shown says it itself
+    assert wrong_patterns.partly_unwritten(written, bad, (3, 0)) is None      # every wrong element written
 
 
 @pytest.mark.skipif(grader.BACKEND.name != "emulator", reason="the emulator's own message for a CPU fault")
 def test_a_fault_the_cpu_gives_no_address_for_is_not_reported_at_nil():
     """A misaligned float4 read of shared memory, run without the analysis (as the correctness check first does)."""
     from grader.emulator.pycuda import driver
-    from grader.kernels import sgemm
     from grader.kernels.stages import stage
     A = B = np.ones((64, 64), np.float32)
     function = sgemm.compile_kernel(stage("bank-conflict-free"), source("04/as_stride_plus_1.cu"))

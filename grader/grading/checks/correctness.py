@@ -148,6 +148,7 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             hints = wrong_patterns.once([nan and (nan, nan),
                                          wrong_patterns.partial_tiles_only(bad, ctx.stage.block_tile()),
                                          wrong_patterns.unwritten_rectangle(C, bad),
+                                         wrong_patterns.partly_unwritten(C, bad, (r, c)),
                                          wrong_patterns.sum_stops_early(C, A, B, bad)], said)
             problems.append(f"{cmp.wrong} of {M * N} elements wrong; first at row {r}, column {c}: "
                             f"expected {want:.6g}, got {got:.6g}"

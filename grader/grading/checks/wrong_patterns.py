@@ -45,6 +45,16 @@ def unwritten_rectangle(values: np.ndarray, bad: np.ndarray, name: str = "C") ->
             "thread writes there (a bounds check, or a thread mapping that leaves them out?)")
 
 
+def partly_unwritten(values: np.ndarray, bad: np.ndarray, first: tuple[int, int], name: str = "C") \
+        -> tuple[str, str] | None:
+    """The first wrong element was written, and others never were: said, since its value suggests otherwise."""
+    unwritten = int((never_written(values) & bad).sum())
+    if not unwritten or never_written(values[first]):
+        return None
+    return "partly unwritten", (f"{unwritten} of the wrong elements were never written (they still hold the NaN "
+                                f"{name} was poisoned with before the launch)")
+
+
 def transposed_in_tiles(out: np.ndarray, want: np.ndarray, tile: int = 32) -> tuple[str, str] | None:
     """Every wrong element holds what its mirror within its own tile should: each tile transposed twice."""
     rows, cols = want.shape

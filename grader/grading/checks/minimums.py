@@ -198,9 +198,9 @@ def judge_top2(outputs: Outputs, seed: int, ctx: Context, name: str = "top2-exac
             lines.append(problem)
             wrong.append((len(lines) - 1, keys, x))
     # A likely cause is said only where it explains every wrong input (a blank kernel's is neither).
-    if wrong and all(keys and tail_unread(keys, x) for _, keys, x in wrong):
-        line, keys, x = wrong[0]
-        lines[line] += f" - {tail_unread(keys, x)}"
+    tails = [keys and tail_unread(keys, x) for _, keys, x in wrong]
+    if wrong and all(tails):
+        lines[wrong[0][0]] += f" - {tails[0]}"
     elif wrong and all(keys and second_lost(keys, x) for _, keys, x in wrong):
         lines[wrong[0][0]] += f" - {SECOND_LOST}"
     M, N, K = TOP2_SGEMM_SHAPE

@@ -823,7 +823,7 @@ def measure_launches(launches, w, repeat: int = MIN_REPEAT, budget_s: float | No
     except (drv.Error, RuntimeError) as e:      # a launch that failed (PyCUDA), or CuPy's call after it
         return [Measurement("error", f"a launch failed: {type(e).__name__}: {e}") for _ in launches]
     if isinstance(timings, NotTimed):
-        return [Measurement("skipped", str(timings), timings) for _ in launches]
+        return [Measurement("skipped", str(timings).removeprefix("skipped: "), timings) for _ in launches]
     M, N, K = w.M, w.N, w.K
     cb = gflops(M, N, K, timings[-1])
     out = []

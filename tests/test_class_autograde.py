@@ -358,8 +358,11 @@ def test_failures_fake_gpus_and_a_killed_run(classes, tmp_path):
     time.sleep(3)                            # a kernel notices its parent is gone within a second
     assert _marked_processes(course) == []
 
-    p = _autograde(course, *gpus, "--timeout", "20")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = _autograde(course, *gpus, "--timeout", "20", env={**_env(), "TMPDIR": str(tmp)})
     assert p.returncode == 1, p.stdout + p.stderr
+    assert list(tmp.iterdir()) == []             # nor what a killed attempt's kernel made
     # (those that end early may have been recorded by the killed run; they are not graded again)
     total, recorded = len(good) + len(bad) + len(survive), len(recorded_before)
     assert f"{total} submission(s), {total - recorded} to grade" in p.stdout, p.stdout

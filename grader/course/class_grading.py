@@ -35,6 +35,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -188,6 +189,7 @@ def autograde_once(course: Path, assignment: str, job: Job, template: Path, gpu:
     scratch = Path(job.scratch)
     env = dict(os.environ)
     env[JOB_MARK] = job.scratch
+    env["TMPDIR"] = tmp = tempfile.mkdtemp(prefix="grader-attempt-")   # what a killed kernel leaves, removed below
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", os.defpath)])  # alembic
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -210,6 +212,7 @@ def autograde_once(course: Path, assignment: str, job: Job, template: Path, gpu:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             kill_marked(job.scratch)
+            shutil.rmtree(tmp, ignore_errors=True)
     return None if code == 0 else _failure_reason(code, log, timeout)
 
 

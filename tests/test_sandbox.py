@@ -227,6 +227,31 @@ def test_the_autograde_kernel_sees_no_answer_and_writes_nowhere(tmp_path):
     assert (course / "gradebook.db").read_text() == "grades" and (REPO / "solutions" / "naive.cu").exists()
 
 
+def test_a_kernel_that_never_answers_is_started_again(tmp_path, monkeypatch):
+    """A kernel that never answers its first message (its ports taken by another process before it bound
+    them) costs the run one more start, not the notebook's outputs."""
+    pytest.importorskip("nbgrader")
+    import nbformat
+    from traitlets.config import Config
+
+    from grader.course.preprocessors import sandboxed_execute
+    starts = []
+    real = sandboxed_execute.SandboxedKernelManager._async_pre_start_kernel
+
+    async def first_is_silent(self, **kw):
+        cmd, kw = await real(self, **kw)
+        starts.append(cmd)
+        return ([sys.executable, "-c", "import time; time.sleep(120)"] if len(starts) == 1 else cmd), kw
+
+    monkeypatch.setattr(sandboxed_execute.SandboxedKernelManager, "_async_pre_start_kernel", first_is_silent)
+    c = Config()
+    c.CourseDirectory.root = str(tmp_path / "course")
+    c.SandboxedExecute.startup_timeout = 5
+    (tmp_path / "work").mkdir()
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
+    nb, _ = sandboxed_execute.SandboxedExecute(config=c).preprocess(nb, {"metadata": {"path": str(tmp_path / "work")}})
+    assert len(starts) == 2 and nb.cells[0].outputs[0]["text"] == "42\n", nb.cells[0].outputs
+
 def test_a_student_function_finds_no_answer_to_put_in_its_feedback():
     """A host function whose exception carries whatever it can read of the solutions and the source notebooks
     (the checks show a student's exception text): it finds nothing, so its feedback holds no answer."""

@@ -23,6 +23,10 @@ from grader.kernels import timing
 from grader.platform import sandbox, settings
 
 _lock_paths: list[str] = []     # the GPU's lock, held for the kernel running now: hidden from it
+# jupyter_client's words for a kernel that never answered its first message, before any cell ran: its ports,
+# chosen free, can be taken by another process before it binds them. Another kernel is started then.
+NEVER_ANSWERED = ("Kernel didn't respond in", "Kernel died before replying to kernel_info")
+KERNEL_STARTS = 2
 
 
 def protect_course(config) -> None:
@@ -100,7 +104,8 @@ class SandboxedExecute(Execute):
     """nbgrader's Execute in a SandboxedKernelManager kernel. A kernel that
     dies (a cell calling os._exit, a crash) or stops answering stops the run there; the cells
     before it keep their outputs and the autograde goes on (GradeFromSource
-    grades every test cell from the text anyway)."""
+    grades every test cell from the text anyway). One that never answered, before any cell, is
+    started again on other ports."""
 
     real_course = Unicode("", help="The course whose scratch copy is being graded (python -m grader "
                           "autograde): its folders are hidden from the kernel too").tag(config=True)
@@ -117,10 +122,17 @@ class SandboxedExecute(Execute):
         with timing.held_for_child(times=False, wait_s=isolation.GPU_WAIT_S) as held:
             _lock_paths = list(held.hidden)
             try:
-                return super().preprocess(nb, resources, km)
-            except (DeadKernelError, CellTimeoutError) as e:
-                self.log.warning("the notebook's run stopped early: %s", str(e).splitlines()[0] if str(e) else e)
-                return nb, resources
+                for attempt in range(1, KERNEL_STARTS + 1):
+                    try:
+                        return super().preprocess(nb, resources, km)
+                    except (DeadKernelError, CellTimeoutError) as e:
+                        self.log.warning("the notebook's run stopped early: %s",
+                                         str(e).splitlines()[0] if str(e) else e)
+                        return nb, resources
+                    except RuntimeError as e:
+                        if not str(e).startswith(NEVER_ANSWERED) or attempt == KERNEL_STARTS:
+                            raise
+                        self.log.warning("the kernel never answered (%s): starting another", e)
             finally:
                 _lock_paths = []
 

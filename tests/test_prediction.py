@@ -100,6 +100,17 @@ def test_a_kernel_with_few_warps_per_scheduler_is_told_how_far_such_were_off():
                                  f"to {p.few_warps_overprediction:.1f} times slower than predicted")
 
 
+def test_schedulers_without_a_warp_leave_their_fma_lanes_idle():
+    """An SM's four schedulers each issue to their own 32 FMA lanes: one warp a block, one block an SM, uses
+    a quarter of them; four warps or more use them all."""
+    def fma_cycles(threads: int) -> float:
+        c = prediction.Counts(M=4096, N=4096, K=4096, blocks=H200.sm_count, threads=threads, shared_bytes=0,
+                              registers=0, shared_wavefronts=0, load_sectors=0, load_excess_sectors=0,
+                              store_sectors=0, store_excess_sectors=0, barriers=0)
+        constants = {"l1": 1.0, "uncoalesced": 1.0, "barriers": 1.0, "latency": 0.0, "scale": 1.0}
+        return prediction.cycles(c, H200, constants)["fma"]
+    assert fma_cycles(32) == 4 * fma_cycles(128) == 4 * fma_cycles(256) == 2 * fma_cycles(64)
+
 def test_predict_prints_json_alone_within_30_seconds():
     start = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "grader", "predict", str(REPO / "solutions" / "warptiling.cu"),

@@ -10,9 +10,9 @@ they are scaled to the timed launch (loads, shared memory and barriers with
 M N K, stores with M N).
 
 A model of the busiest SM turns the counts into cycles, round by round of
-the blocks it holds at once: each resource's work at its throughput (FMA
-lanes, shared-memory wavefronts, L1 sectors, the sectors uncoalesced
-requests add), one block's barrier latency (the other blocks held hide the
+the blocks it holds at once: each resource's work at its throughput (the FMA
+lanes of the schedulers that hold a warp, shared-memory wavefronts, L1
+sectors, the sectors uncoalesced requests add), one block's barrier latency (the other blocks held hide the
 rest), and the stalls that too few warps per scheduler leave unhidden. The
 parts are summed and scaled: they overlap, but no kernel here overlaps them
 fully, and a sum fits the H200's times better than a maximum or any power
@@ -188,6 +188,8 @@ def cycles(c: Counts, device: Device, constants: dict) -> dict[str, float]:
         # barrier latency is hidden by the other blocks held; each of the 4 schedulers hides one warp's
         # stalls behind its other warps: with few, less is hidden
         round_parts = {k: v * held / (held if k == "barriers" else 1) for k, v in one.items()}
+        # a scheduler without a warp issues nothing: fewer warps than schedulers leave FMA lanes idle
+        round_parts["fma"] /= min(1.0, warps_per_scheduler(c, device, held))
         round_parts["latency"] = (sum(round_parts.values()) * constants["latency"]
                                   / warps_per_scheduler(c, device, held))
         for k, v in round_parts.items():

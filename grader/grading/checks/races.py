@@ -118,10 +118,16 @@ def _problems(ran: dict, arrays: dict, i: int, shape: tuple, stage_id: str = "")
     return problems
 
 
-def _unwritten(arrays: dict, i: int, shape: tuple) -> int:
-    """How many elements of C the normal thread order left unwritten."""
+def _computed_nothing(arrays: dict, i: int, shape: tuple) -> str | None:
+    """What shows that the normal thread order's C was not computed (elements never written, or one value
+    everywhere, as a kernel that only writes 0 leaves it), or None."""
     C0 = returned_matrix(arrays.get(f"{i}:C0"), shape[:2])
-    return 0 if C0 is None else int(sgemm.never_written(C0).sum())
+    if C0 is None:
+        return None
+    unwritten = int(sgemm.never_written(C0).sum())
+    if unwritten:
+        return f"{unwritten} element(s) of C were never written"
+    return f"C is {C0.flat[0]:g} everywhere" if (C0 == C0.flat[0]).all() else None
 
 
 def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
@@ -139,11 +145,11 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             return CheckResult.make(NAME, False, f"{shapes[i]}, random seed {seed}:\n" + "\n".join(problems),
                                     details={"seed": seed, **({"did_not_finish": True} if meta.get("stopped") else {})},
                                     output=log)
-        unwritten = _unwritten(arrays, i, shape)
-        if unwritten:       # no race found, but on a kernel that leaves C unwritten: not a verdict on races
-            return CheckResult(NAME, NOT_GRADED, f"not graded: {shapes[i]}, random seed {seed}: {unwritten} "
-                               "element(s) of C were never written, and only a kernel that computes C is credited "
-                               "with being race-free (the correctness check says what is wrong)", 0.0,
+        nothing = _computed_nothing(arrays, i, shape)
+        if nothing:         # no race found, but on a kernel that computes nothing: not a verdict on races
+            return CheckResult(NAME, NOT_GRADED, f"not graded: {shapes[i]}, random seed {seed}: {nothing}, and "
+                               "only a kernel that computes C is credited with being race-free (the correctness "
+                               "check says what is wrong)", 0.0,
                                details={"seed": seed}, output=log)
     return CheckResult.make(NAME, True, f"{' and '.join(shapes)}, random seed {seed}: no races, no out-of-bounds "
                             f"accesses, the same C in {len(ORDER_SEEDS) + 1} thread orders",

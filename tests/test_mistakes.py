@@ -19,7 +19,7 @@ from nbgrader_course import reference_answer
 import grader
 from grader.grading.checks import wrong_patterns
 from grader.grading.registry import run_here
-from grader.grading.report import FAILED, NOT_GRADED, CheckReport, CheckResult
+from grader.grading.report import FAILED, CheckReport, CheckResult
 from grader.kernels import sgemm
 
 MISTAKES = Path(__file__).resolve().parent / "mistakes"
@@ -178,7 +178,7 @@ CASES = [
             said_once=("partial 128 x 128 tiles are wrong (row 256)", "the tile's edge", "a thread mapping")),
     Mistake("04/transpose_tile_not_swapped.cu", "transpose", "transpose-correctness", FAILED,
             said_once=("mirrors inside their 32 x 32 tile", "same index order")),
-    Mistake("03/mapping_1d.cu", "blocktile-2d", "races", NOT_GRADED,
+    Mistake("03/mapping_1d.cu", "blocktile-2d", "races", FAILED,
             said_once=("never written", "credited"), never=("race(s)",)),
     Mistake("00/gflops_no_factor_2.py", "pycuda-gflops", "gflops-formula", FAILED,
             said_once=("an FMA (multiply-add) is 2 FLOP",), never=("5286",)),      # never the 4096 question's answer
@@ -370,7 +370,7 @@ def test_a_sum_never_initialised_is_named_and_not_taken_for_a_race():
     r = run_here("coalesced", "correctness", text, 1)
     assert not r.passed and r.message.count("a local variable never initialised") == 1, r.text()
     r = run_here("coalesced", "races", text, 1)
-    assert r.status == NOT_GRADED and "C is -1.69474e+38 everywhere" in r.message and "race(s)" not in r.message
+    assert r.status == FAILED and "C is -1.69474e+38 everywhere" in r.message and "race(s)" not in r.message
 
 
 # The Hopper lab's mistakes, each with the exercise that grades it.

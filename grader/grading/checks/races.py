@@ -18,7 +18,7 @@ from grader.grading.checks.common import (
     start_stage_collect,
 )
 from grader.grading.protocol import Check, Context, Outputs
-from grader.grading.report import NOT_GRADED, CheckResult
+from grader.grading.report import CheckResult
 from grader.kernels import sgemm
 from grader.platform.backend import drivers
 
@@ -146,11 +146,10 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
                                     details={"seed": seed, **({"did_not_finish": True} if meta.get("stopped") else {})},
                                     output=log)
         nothing = _computed_nothing(arrays, i, shape)
-        if nothing:         # no race found, but on a kernel that computes nothing: not a verdict on races
-            return CheckResult(NAME, NOT_GRADED, f"not graded: {shapes[i]}, random seed {seed}: {nothing}, and "
-                               "only a kernel that computes C is credited with being race-free (the correctness "
-                               "check says what is wrong)", 0.0,
-                               details={"seed": seed}, output=log)
+        if nothing:         # no race found, but on a kernel that computes nothing
+            return CheckResult.make(NAME, False, f"{shapes[i]}, random seed {seed}: {nothing}: only a kernel that "
+                                    "computes C is credited with being race-free (the correctness check says what "
+                                    "is wrong)", details={"seed": seed}, output=log)
     return CheckResult.make(NAME, True, f"{' and '.join(shapes)}, random seed {seed}: no races, no out-of-bounds "
                             f"accesses, the same C in {len(ORDER_SEEDS) + 1} thread orders",
                             details={"seed": seed}, output=log)

@@ -12,11 +12,11 @@ M N K, stores with M N).
 A model of the busiest SM turns the counts into cycles, round by round of
 the blocks it holds at once: each resource's work at its throughput (the FMA
 lanes of the schedulers that hold a warp, shared-memory wavefronts, L1
-sectors, the sectors uncoalesced requests add), one block's barrier latency (the other blocks held hide the
-rest), and the stalls that too few warps per scheduler leave unhidden. The
-parts are summed and scaled: they overlap, but no kernel here overlaps them
-fully, and a sum fits the H200's times better than a maximum or any power
-mean between. The throughputs nobody publishes and the scale are calibrated
+sectors, the sectors uncoalesced requests add), one block's barrier latency
+(the other blocks held hide the rest), and the stalls that too few warps per
+scheduler leave unhidden. The parts are summed and scaled: they overlap, but
+no kernel here overlaps them fully, and a sum fits the H200's times better
+than a maximum or any power mean between. The throughputs nobody publishes and the scale are calibrated
 on kernels timed on that GPU (prediction.json, `python -m grader predict
 --calibrate`), which also keeps the spread of the calibration's errors: the
 interval given with each prediction.
@@ -188,10 +188,9 @@ def cycles(c: Counts, device: Device, constants: dict) -> dict[str, float]:
         # barrier latency is hidden by the other blocks held; each of the 4 schedulers hides one warp's
         # stalls behind its other warps: with few, less is hidden
         round_parts = {k: v * held / (held if k == "barriers" else 1) for k, v in one.items()}
-        # a scheduler without a warp issues nothing: fewer warps than schedulers leave FMA lanes idle
-        round_parts["fma"] /= min(1.0, warps_per_scheduler(c, device, held))
-        round_parts["latency"] = (sum(round_parts.values()) * constants["latency"]
-                                  / warps_per_scheduler(c, device, held))
+        warps = warps_per_scheduler(c, device, held)
+        round_parts["fma"] /= min(1.0, warps)       # a scheduler without a warp leaves its FMA lanes idle
+        round_parts["latency"] = sum(round_parts.values()) * constants["latency"] / warps
         for k, v in round_parts.items():
             parts[k] += v
     return parts

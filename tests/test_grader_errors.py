@@ -16,7 +16,7 @@ import pytest
 
 from grader.course.student import succeeded
 from grader.grading import isolation
-from grader.grading.report import GRADER_ERROR
+from grader.grading.report import FAILED, GRADER_ERROR
 from grader.platform import interpreter
 from grader.programs import check
 
@@ -86,19 +86,19 @@ def test_a_check_the_reference_solution_fails_here_too_is_the_graders_error(monk
     a submission failing that check is not blamed: the reference's run, which times the launch budgets,
     judges the reference too. A check the reference passes still fails the submission as usual."""
     naive = Path(NAIVE).read_text()
-    unwritten = naive.replace("C[row * N + col] =", "if (false) C[row * N + col] =", 1)
-    assert unwritten != naive
+    doubled = naive.replace("C[row * N + col] = sum;", "C[row * N + col] = 2 * sum;", 1)
+    assert doubled != naive
     get = isolation.registry.get
-    broken = dataclasses.replace(get("naive"), reference=lambda: unwritten)
+    broken = dataclasses.replace(get("naive"), reference=lambda: doubled)
     monkeypatch.setattr(isolation.registry, "get", lambda name: broken if name == "naive" else get(name))
     monkeypatch.setattr(isolation, "_budgets", {})
     monkeypatch.setattr(isolation, "_reference_failed", {})
-    result = isolation.run_check("naive", "correctness", unwritten, seed=1)
+    result = isolation.run_check("naive", "correctness", doubled, seed=1)
     assert isolation.reference_failed("naive", False) == ["correctness"], isolation._reference_failed
     assert result.status == GRADER_ERROR and "reference solution fails this check" in result.message, result.text()
-    assert "never written" in result.output                 # what the submission got, for the instructor
-    races = isolation.run_check("naive", "races", unwritten.replace("C[row * N + col] =", "C[0] =", 1), seed=1)
-    assert races.status != GRADER_ERROR, races.text()
+    assert "elements wrong" in result.output                # what the submission got, for the instructor
+    races = isolation.run_check("naive", "races", doubled.replace("C[row * N + col] =", "C[0] =", 1), seed=1)
+    assert races.status == FAILED, races.text()
 
 
 def test_a_failed_nbgrader_call_says_the_cause_nbgrader_logged():

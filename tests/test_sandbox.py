@@ -238,15 +238,14 @@ def test_a_kernel_that_never_answers_is_started_again(tmp_path, monkeypatch):
     starts = []
     real = sandboxed_execute.SandboxedKernelManager._async_pre_start_kernel
 
-    async def first_is_silent(self, **kw):
+    async def first_exits(self, **kw):         # as a kernel whose port was taken does
         cmd, kw = await real(self, **kw)
         starts.append(cmd)
-        return ([sys.executable, "-c", "import time; time.sleep(120)"] if len(starts) == 1 else cmd), kw
+        return ([sys.executable, "-c", "raise SystemExit(1)"] if len(starts) == 1 else cmd), kw
 
-    monkeypatch.setattr(sandboxed_execute.SandboxedKernelManager, "_async_pre_start_kernel", first_is_silent)
+    monkeypatch.setattr(sandboxed_execute.SandboxedKernelManager, "_async_pre_start_kernel", first_exits)
     c = Config()
     c.CourseDirectory.root = str(tmp_path / "course")
-    c.SandboxedExecute.startup_timeout = 5
     (tmp_path / "work").mkdir()
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
     nb, _ = sandboxed_execute.SandboxedExecute(config=c).preprocess(nb, {"metadata": {"path": str(tmp_path / "work")}})

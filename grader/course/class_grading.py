@@ -189,7 +189,6 @@ def autograde_once(course: Path, assignment: str, job: Job, template: Path, gpu:
     scratch = Path(job.scratch)
     env = dict(os.environ)
     env[JOB_MARK] = job.scratch
-    env["TMPDIR"] = tmp = tempfile.mkdtemp(prefix="grader-attempt-")   # what a killed kernel leaves, removed below
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", os.defpath)])  # alembic
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -200,7 +199,10 @@ def autograde_once(course: Path, assignment: str, job: Job, template: Path, gpu:
                f"--CourseDirectory.db_url=sqlite:///{scratch / 'gradebook.db'}",
                f"--SandboxedExecute.real_course={course}", f"--GradeFromSource.record={scratch / RECORD}"]
     log = scratch / "nbgrader.log"
-    with open(log, "wb") as out:
+    # Its own temporary folder, removed with what a killed kernel left there.
+    with tempfile.TemporaryDirectory(prefix="grader-attempt-", ignore_cleanup_errors=True) as tmp, \
+            open(log, "wb") as out:
+        env["TMPDIR"] = tmp
         proc = subprocess.Popen(command, cwd=course, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         try:
@@ -212,7 +214,6 @@ def autograde_once(course: Path, assignment: str, job: Job, template: Path, gpu:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             kill_marked(job.scratch)
-            shutil.rmtree(tmp, ignore_errors=True)
     return None if code == 0 else _failure_reason(code, log, timeout)
 
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 import grader
-from grader.grading.checks import correctness, thresholds
+from grader.grading.checks import correctness, performance, thresholds
 from grader.grading.isolation import run_check
+from grader.grading.protocol import Context
 from grader.grading.registry import run_here
 from grader.grading.report import FAILED, GRADER_ERROR, NOT_GRADED, PASSED, CheckReport, CheckResult
 from grader.kernels.stages import Stage, stage
@@ -140,6 +141,17 @@ def test_performance_not_graded_without_gpu_but_predicted():
     faulting = run("performance", variant("C[row * N + col] = sum;", "C[row * N + col - (1 << 28)] = sum;"))
     assert faulting.status == NOT_GRADED and faulting.points == 0
     assert "no prediction of its speed: its sampled launch failed: " in faulting.message, faulting.message
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="stands the emulator in for a GPU")
+def test_a_wrong_kernel_is_not_timed_and_is_told_why(monkeypatch):
+    """On a GPU the performance check runs the correctness shapes again before timing; a wrong C there fails it."""
+    monkeypatch.setattr(correctness, "LARGE_GPU", correctness.LARGE_EMULATOR)     # the emulator's seconds
+    ctx = Context("smem-tiling", stage("smem-tiling"), gpu=True)
+    outputs = correctness.collect(SWAPPED, 1234, ctx)
+    r = performance.judge(({"correctness": outputs[0], "log": ""}, outputs[1]), 1234, ctx)
+    assert r.status == FAILED and r.points == 0 and r.message == performance.WRONG_BEFORE_TIMING, r.text()
+    assert "C differs from one run to the next: a race?" in r.message
 
 
 def test_thresholds_table_and_overrides(tmp_path, grader_settings):

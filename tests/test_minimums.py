@@ -19,6 +19,12 @@ NO_BARRIER = TOP2.replace(BARRIER, "    if (warp == 0) {")
 SAME_CELL_TWICE = TOP2.replace("atomicMin(&out[1], old > k1 ? old : k1);", "atomicMin(&out[1], k1);")
 
 
+def _empty(source: str, kernel: str) -> str:
+    """The source with the kernel's body emptied: what the lab hands out, in effect."""
+    start = source.index(f"__global__ void {kernel}(")
+    return source[:source.index("{", start)] + "{}\n"
+
+
 def test_variants_differ():
     assert NO_BARRIER != TOP2 and SAME_CELL_TWICE != TOP2
 
@@ -56,10 +62,20 @@ def test_same_cell_twice_fails():
 
 def test_a_kernel_that_writes_nothing_gets_no_likely_cause():
     """No minimum written anywhere: the scalar tail's hint (right when only tail inputs fail) is not said."""
-    nothing = TOP2[:TOP2.index("__global__ void top2(")] + "__global__ void top2(const float* x, int n, top2_key* out) {}\n"
-    r = run_here("top2", "top2-exact", nothing, 3)
+    r = run_here("top2", "top2-exact", _empty(TOP2, "top2"), 3)
     assert not r.passed and r.message.count("no minimum was written") > 10, r.message
     assert "tail" not in r.message.replace("(the scalar tail)", ""), r.message
+
+
+@pytest.mark.skipif(not ON_EMULATOR, reason="the race analysis is the emulator's")
+def test_races_do_not_credit_a_kernel_that_writes_no_minimum():
+    """A kernel that leaves the keys as they were has no race, and no credit for it."""
+    r = run_here("top2", "top2-races", _empty(TOP2, "top2"), 3)
+    assert not r.passed and r.points == 0, r.text()
+    assert r.message == ("no minimum was written (key still ~0): only a kernel that computes the two minimums is "
+                         "credited with being race-free (top2-exact says what is wrong)"), r.message
+    r = run_here("sgemm-top2", "sgemm-top2-races", _empty(FUSED, "sgemm_top2"), 3)
+    assert not r.passed and "(sgemm-top2-exact says what is wrong)" in r.message, r.text()
 
 
 HOST = f"""import numpy as np

@@ -274,6 +274,10 @@ def _judge_races(meta: dict, seed: int, name: str, hint: str) -> CheckResult:
                                 f"{int(order['seed']):#x}): keys {keys0} in the normal order, {keys} permuted - a "
                                 "missing __syncthreads()?")
                 break
+    if not problems and top2.EMPTY_KEY in keys0:      # no race found, but on a kernel that computes nothing
+        problems.append(f"{'no minimum' if keys0[0] == top2.EMPTY_KEY else 'no second minimum'} was written (key "
+                        f"still ~0): only a kernel that computes the two minimums is credited with being race-free "
+                        f"({name.replace('-races', '-exact')} says what is wrong)")
     if problems:
         return CheckResult.make(name, False, "\n".join(problems), details={"seed": seed}, output=log)
     return CheckResult.make(name, True, "no races, no out-of-bounds accesses, the same minimums in 3 thread "

@@ -77,14 +77,20 @@ def adversarial(rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
     return cases
 
 
+def unwritten(keys: tuple[int, int]) -> str | None:
+    """What says that a key was never written, or None."""
+    if top2.EMPTY_KEY not in keys:
+        return None
+    return f"{'no minimum' if keys[0] == top2.EMPTY_KEY else 'no second minimum'} was written (key still ~0)"
+
+
 def compare(got: tuple[int, int], x: np.ndarray, what: str) -> str | None:
     """None when the keys are the two minimums of x, else what is wrong."""
     M, N = x.shape
     want = top2.reference_top2(x, N)
     k1, k2 = got
-    if k1 == top2.EMPTY_KEY or k2 == top2.EMPTY_KEY:
-        return (f"{what}: {'no minimum' if k1 == top2.EMPTY_KEY else 'no second minimum'} was written "
-                f"(key still ~0); expected {_fmt(want[0])} and {_fmt(want[1])}")
+    if unwritten(got):
+        return f"{what}: {unwritten(got)}; expected {_fmt(want[0])} and {_fmt(want[1])}"
     g1, g2 = top2.unpack(k1, N), top2.unpack(k2, N)
     if (k1 & 0xFFFFFFFF) >= M * N or (k2 & 0xFFFFFFFF) >= M * N:
         return f"{what}: an index outside the array: got {_fmt(g1)} and {_fmt(g2)}"
@@ -274,10 +280,9 @@ def _judge_races(meta: dict, seed: int, name: str, hint: str) -> CheckResult:
                                 f"{int(order['seed']):#x}): keys {keys0} in the normal order, {keys} permuted - a "
                                 "missing __syncthreads()?")
                 break
-    if not problems and top2.EMPTY_KEY in keys0:      # no race found, but on a kernel that computes nothing
-        problems.append(f"{'no minimum' if keys0[0] == top2.EMPTY_KEY else 'no second minimum'} was written (key "
-                        f"still ~0): only a kernel that computes the two minimums is credited with being race-free "
-                        f"({name.replace('-races', '-exact')} says what is wrong)")
+    if not problems and unwritten(keys0):      # no race found, but on a kernel that computes nothing
+        problems.append(f"{unwritten(keys0)}: only a kernel that computes the two minimums is credited with being "
+                        f"race-free ({name.replace('-races', '-exact')} says what is wrong)")
     if problems:
         return CheckResult.make(name, False, "\n".join(problems), details={"seed": seed}, output=log)
     return CheckResult.make(name, True, "no races, no out-of-bounds accesses, the same minimums in 3 thread "

@@ -73,9 +73,9 @@ def test_races_do_not_credit_a_kernel_that_writes_no_minimum():
     r = run_here("top2", "top2-races", _empty(TOP2, "top2"), 3)
     assert not r.passed and r.points == 0, r.text()
     assert r.message == ("no minimum was written (key still ~0): only a kernel that computes the two minimums is "
-                         "credited with being race-free (top2-exact says what is wrong)"), r.message
+                         "credited with being race-free (the top2-exact check says what is wrong)"), r.message
     r = run_here("sgemm-top2", "sgemm-top2-races", _empty(FUSED, "sgemm_top2"), 3)
-    assert not r.passed and "(sgemm-top2-exact says what is wrong)" in r.message, r.text()
+    assert not r.passed and "(the sgemm-top2-exact check says what is wrong)" in r.message, r.text()
 
 
 HOST = f"""import numpy as np

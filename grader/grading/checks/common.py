@@ -360,6 +360,11 @@ def collect_in_orders(check: str, launch) -> tuple[dict, dict]:
     return meta, arrays
 
 
+def not_credited(shows: str, does: str, check: str) -> str:
+    """Why a race check gives no credit to a kernel in which it found no race: `shows` that it computed nothing."""
+    return f"{shows}: only a kernel that {does} is credited with being race-free (the {check} check says what is wrong)"
+
+
 def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, shape: tuple, output: str,
                     races_head: str, order_cause: str, does: str, shown: int = 3) -> CheckResult:
     """The verdict on what collect_in_orders returned (meta: with the compile's): passed when the analysed run
@@ -387,19 +392,20 @@ def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, 
         computed_nan = np.isnan(first) & ~unwritten
         uninitialised = first.view(np.uint32) == sgemm.LOCALS_PATTERN_BITS
         if unwritten.any():
-            problems.append(f"{int(unwritten.sum())} element(s) of {output} were never written: "
-                            f"only a kernel that {does} is credited with being race-free")
+            shows = f"{int(unwritten.sum())} element(s) of {output} were never written"
         elif computed_nan.any():
-            hint = sgemm.value_hint(first[computed_nan][0], output)
-            problems.append(f"{int(computed_nan.sum())} element(s) of {output} are NaN{hint}: only a kernel that "
-                            f"{does} is credited with being race-free")
+            shows = f"{int(computed_nan.sum())} element(s) of {output} are NaN" \
+                f"{sgemm.value_hint(first[computed_nan][0], output)}"
         elif uninitialised.any():
             value = first[uninitialised][0]
-            problems.append(f"{int(uninitialised.sum())} element(s) of {output} are {value:.6g}"
-                            f"{sgemm.value_hint(value, output)}: only a kernel that {does} is credited with being "
-                            "race-free")
+            shows = f"{int(uninitialised.sum())} element(s) of {output} are {value:.6g}" \
+                f"{sgemm.value_hint(value, output)}"
         elif not first.any():           # the inputs are random: no kernel that computes anything gives this
-            problems.append(f"{output} is 0 everywhere: only a kernel that {does} is credited with being race-free")
+            shows = f"{output} is 0 everywhere"
+        else:
+            shows = None
+        if shows:
+            problems.append(not_credited(shows, does, name.removesuffix("races") + "correctness"))
     elif not failure:
         problems.append(f"the grading process returned no {output}")
     head, log = f"{label}, random seed {seed}", meta.get("log", "")

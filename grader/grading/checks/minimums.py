@@ -27,6 +27,7 @@ from grader.grading.checks.common import (
     launch_budget,
     launch_errors,
     launch_failure,
+    not_credited,
     returned_matrix,
     start_collect,
 )
@@ -281,8 +282,8 @@ def _judge_races(meta: dict, seed: int, name: str, hint: str) -> CheckResult:
                                 "missing __syncthreads()?")
                 break
     if not problems and unwritten(keys0):      # no race found, but on a kernel that computes nothing
-        problems.append(f"{unwritten(keys0)}: only a kernel that computes the two minimums is credited with being "
-                        f"race-free ({name.replace('-races', '-exact')} says what is wrong)")
+        exact = name.removesuffix("races") + "exact"
+        problems.append(not_credited(unwritten(keys0), "computes the two minimums", exact))
     if problems:
         return CheckResult.make(name, False, "\n".join(problems), details={"seed": seed}, output=log)
     return CheckResult.make(name, True, "no races, no out-of-bounds accesses, the same minimums in 3 thread "

@@ -14,6 +14,7 @@ from grader.grading.checks.common import (
     launch_budget,
     launch_errors,
     launch_failure,
+    not_credited,
     returned_matrix,
     start_stage_collect,
 )
@@ -147,9 +148,9 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
                                     output=log)
         nothing = _computed_nothing(arrays, i, shape)
         if nothing:         # no race found, but on a kernel that computes nothing
-            return CheckResult.make(NAME, False, f"{shapes[i]}, random seed {seed}: {nothing}: only a kernel that "
-                                    "computes C is credited with being race-free (the correctness check says what "
-                                    "is wrong)", details={"seed": seed}, output=log)
+            return CheckResult.make(NAME, False, f"{shapes[i]}, random seed {seed}: "
+                                    + not_credited(nothing, "computes C", "correctness"), details={"seed": seed},
+                                    output=log)
     return CheckResult.make(NAME, True, f"{' and '.join(shapes)}, random seed {seed}: no races, no out-of-bounds "
                             f"accesses, the same C in {len(ORDER_SEEDS) + 1} thread orders",
                             details={"seed": seed}, output=log)

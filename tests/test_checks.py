@@ -100,6 +100,12 @@ def test_races_do_not_credit_a_kernel_that_computes_nothing():
                           "col = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row < M && col < N) C[row * N + col] = 0;")
     r = run("races", zeros)
     assert r.status == FAILED and "C is 0 everywhere: only a kernel that computes C" in r.message, r.message
+    r = run("races", zeros.replace("C[row * N + col] = 0;", "C[row * N + col] = row - col;"))
+    assert r.status == FAILED and r.message.endswith(
+        "C is the same for other A and B (it does not depend on them): only a kernel that computes C is credited "
+        "with being race-free (the correctness check says what is wrong)"), r.message
+    r = run("races", SWAPPED)          # wrong, but computed from A and B: race-free, and credited
+    assert r.status == PASSED, r.text()
 
 
 # ---- bank conflicts ----------------------------------------------------------------------

@@ -86,6 +86,16 @@ def test_races_fails_a_missing_syncthreads():
         assert "shared memory read before it is written" in r.message and "never written" not in r.message, r.text()
 
 
+def test_races_credit_only_an_output_computed_from_the_input():
+    """Every element written, none raced on, but the same out for any input: no credit for being race-free."""
+    indices = variant(TRANSPOSE, "= tile[tx][ty];", "= (float)(y0 + tx - (x0 + ty));")
+    r = run_here("transpose", "transpose-races", indices, 1)
+    assert r.status == FAILED and r.message.endswith(
+        "out is the same for other inputs (it does not depend on them): only a kernel that transposes is credited "
+        "with being race-free (the transpose-correctness check says what is wrong)"), r.text()
+    assert run_here("transpose", "transpose-races", TRANSPOSE, 1).status == PASSED
+
+
 def test_bank_conflicts_fails_a_32x32_tile_with_line_and_ways():
     assert run_here("transpose", "transpose-correctness", TILE32, 1).status == PASSED
     r = run_here("transpose", "transpose-bank-conflicts", TILE32, 1)

@@ -339,10 +339,11 @@ def judge_guarded(ran: list[dict], arrays: dict, cases: list[GuardedCase]) -> tu
 ORDER_SEEDS = (0x5EED1, 0xC0FFEE)      # the permuted thread orders a races check runs beside the normal one
 
 
-def collect_in_orders(check: str, launch) -> tuple[dict, dict]:
+def collect_in_orders(check: str, launch, on_other_inputs) -> tuple[dict, dict]:
     """launch() -> (output or None, why it failed or None): analysed in the normal thread order, then, when
-    that gave an output, in each of ORDER_SEEDS' orders until one fails. Returns ({"failure", "report",
-    "orders": [{"seed", "failure"}]}, {"out0", "out<seed>"})."""
+    that gave an output, in each of ORDER_SEEDS' orders until one fails, then on_other_inputs() (the same
+    launch on other inputs: an output computed from them changes). Returns ({"failure", "report",
+    "orders": [{"seed", "failure"}]}, {"out0", "out<seed>", "other"})."""
     meta, arrays = {}, {}
     with launch_budget((check, "analysed")), analysis.thread_order(0), analysis.analysis() as report:
         out, meta["failure"] = launch()
@@ -355,9 +356,18 @@ def collect_in_orders(check: str, launch) -> tuple[dict, dict]:
                 out, failure = launch()
             meta["orders"].append({"seed": seed, "failure": failure})
             if failure:
-                break
+                return meta, arrays
             arrays[f"out{seed}"] = out
+        with launch_budget((check, "plain")):
+            out, _ = on_other_inputs()
+        if out is not None:
+            arrays["other"] = out
     return meta, arrays
+
+
+def other_inputs_rng(seed: int) -> np.random.Generator:
+    """The generator of a race check's other inputs ([seed, 1]: a seed [seed, 0] is the seed itself)."""
+    return np.random.default_rng([seed, 1])
 
 
 def not_credited(shows: str, does: str, check: str) -> str:
@@ -402,6 +412,8 @@ def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, 
                 f"{sgemm.value_hint(value, output)}"
         elif not first.any():           # the inputs are random: no kernel that computes anything gives this
             shows = f"{output} is 0 everywhere"
+        elif np.array_equal(returned_matrix(arrays.get("other"), shape), first, equal_nan=True):
+            shows = f"{output} is the same for other inputs (it does not depend on them)"
         else:
             shows = None
         if shows:

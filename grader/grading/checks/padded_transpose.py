@@ -30,6 +30,7 @@ from grader.grading.checks.common import (
     launch_budget,
     launch_errors,
     launch_failure,
+    other_inputs_rng,
     returned_matrix,
     start_collect,
 )
@@ -126,7 +127,8 @@ def collect_races(source: str, seed: int, ctx: Context) -> Outputs:
     if fns is None:
         return meta, {}
     x = _inputs(*RACES_SHAPE, np.random.default_rng(seed))
-    ran, arrays = collect_in_orders("transpose-races", lambda: _launch(fns["transpose"], x))
+    ran, arrays = collect_in_orders("transpose-races", lambda: _launch(fns["transpose"], x),
+                                    lambda: _launch(fns["transpose"], _inputs(*RACES_SHAPE, other_inputs_rng(seed))))
     return {**meta, **ran}, arrays
 
 

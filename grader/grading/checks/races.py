@@ -1,7 +1,8 @@
 """Memory safety of the kernel, always on the emulator (also on GPU machines):
 races and out-of-bounds or misaligned accesses from the emulator's analysis,
 and a re-run with each block's threads in permuted orders, whose C must be
-bit-for-bit the C of the normal order."""
+bit-for-bit the C of the normal order. Credited only to a kernel whose C
+comes from A and B (a run on other inputs tells)."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,6 +16,7 @@ from grader.grading.checks.common import (
     launch_errors,
     launch_failure,
     not_credited,
+    other_inputs_rng,
     returned_matrix,
     start_stage_collect,
 )
@@ -78,6 +80,11 @@ def collect(source: str, seed: int, ctx: Context) -> Outputs:
             if failure:
                 break
             arrays[f"{i}:C{s}"] = C1
+        if not (stopped or ran["orders"][-1]["failure"]):      # other inputs: a C computed from A and B changes
+            A2, B2 = sgemm.random_inputs(M, N, K, other_inputs_rng(seed))
+            C2, _ = _launch(driver, function, stage, A2, B2, stopped, (NAME, "plain", stage.id, M, N, K))
+            if C2 is not None:
+                arrays[f"{i}:other"] = C2
         if stopped or ran["failure"] or report.races or report.out_of_bounds:
             break
     meta["stopped"] = bool(stopped)
@@ -120,15 +127,20 @@ def _problems(ran: dict, arrays: dict, i: int, shape: tuple, stage_id: str = "")
 
 
 def _computed_nothing(arrays: dict, i: int, shape: tuple) -> str | None:
-    """What shows that the normal thread order's C was not computed (elements never written, or one value
-    everywhere, as a kernel that only writes 0 leaves it), or None."""
+    """What shows that the normal thread order's C was not computed from A and B (elements never written, one
+    value everywhere, as a kernel that only writes 0 leaves it, or the same C from other inputs), or None."""
     C0 = returned_matrix(arrays.get(f"{i}:C0"), shape[:2])
     if C0 is None:
         return None
     unwritten = int(sgemm.never_written(C0).sum())
     if unwritten:
         return f"{unwritten} element(s) of C were never written"
-    return f"C is {C0.flat[0]:g} everywhere" if (C0 == C0.flat[0]).all() else None
+    if (C0 == C0.flat[0]).all():
+        return f"C is {C0.flat[0]:g} everywhere"
+    other = returned_matrix(arrays.get(f"{i}:other"), shape[:2])
+    if other is not None and np.array_equal(other, C0, equal_nan=True):
+        return "C is the same for other A and B (it does not depend on them)"
+    return None
 
 
 def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:

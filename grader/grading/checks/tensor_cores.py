@@ -34,6 +34,7 @@ from grader.grading.checks.common import (
     judge_in_orders,
     launch_errors,
     launch_failure,
+    other_inputs_rng,
     start_collect,
 )
 from grader.grading.protocol import KERNEL_HANG, Check, Context, Outputs
@@ -139,7 +140,8 @@ def checks(gemm: TensorGemm, prefix: str, race_hint: str = RING_HINT,
         if fns is None:
             return meta, {}
         A, B = tensor_gemm.inputs(*RACES_SHAPE, np.random.default_rng(seed))
-        ran, arrays = collect_in_orders(races, lambda: launch(fns[gemm.name], A, B))
+        ran, arrays = collect_in_orders(races, lambda: launch(fns[gemm.name], A, B), lambda: launch(
+            fns[gemm.name], *tensor_gemm.inputs(*RACES_SHAPE, other_inputs_rng(seed))))
         return {**meta, **ran}, arrays
 
     def judge_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:

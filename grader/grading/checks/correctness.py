@@ -152,7 +152,7 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
                                          wrong_patterns.sum_stops_early(C, A, B, bad)], said)
             problems.append(f"{cmp.wrong} of {M * N} elements wrong; first at row {r}, column {c}: "
                             f"expected {want:.6g}, got {got:.6g}"
-                            + "".join(h if h.startswith(" (") else f" - {h}" for h in hints))
+                            + wrong_patterns.appended(hints))
             if cmp.wrong >= HEATMAP_FROM and figure is None:
                 figure = heatmap(bad, f"wrong elements, {shape}")
         wrong.append(bool(problems))

@@ -319,6 +319,8 @@ def fused_cases(rng):
     A, B = top2.inputs(64, 64, 8, rng)
     B[:, 63] = 0.0                        # the last column of C zero
     cases.append(("M=64 N=64 K=8, last column of C zero", A, B))
+    A, B = top2.inputs(40, 20, 100, rng)  # more tiles of K than of M or N: a loop over k that stops at either shows
+    cases.append(("M=40 N=20 K=100", A, B))
     return cases
 
 
@@ -368,8 +370,9 @@ def judge_fused(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
         if not cmp.ok:
             ok = False
             hint = sgemm.value_hint(cmp.first[3])
+            early = wrong_patterns.sum_stops_early(C, A, B, sgemm.wrong_elements(C, A, B)[0])
             lines.append(f"{what}: C itself is wrong: {cmp.describe((M, N, A.shape[1]))}"
-                         + "".join(wrong_patterns.once([hint and (hint, hint)], said)))
+                         + wrong_patterns.appended(wrong_patterns.once([hint and (hint, hint), early], said)))
             continue
         keys = _keys(ran[i].get("keys"))
         problem = compare(keys, C, what) if keys else f"{what}: the grading process returned no keys"

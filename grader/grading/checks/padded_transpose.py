@@ -74,7 +74,7 @@ def _compare(out: np.ndarray, x: np.ndarray, said: set | None = None) -> str | N
     hints = wrong_patterns.once([nan and (nan, nan), wrong_patterns.transposed_in_tiles(out, want)],
                                 set() if said is None else said)
     return (f"{int(bad.sum())} of {out.size} elements of out wrong; first out[{r}][{c}]: expected in[{c}][{r}] = "
-            f"{want[r, c]:.6g}, got {got:.6g}" + "".join(h if h.startswith(" (") else f" - {h}" for h in hints))
+            f"{want[r, c]:.6g}, got {got:.6g}" + wrong_patterns.appended(hints))
 
 
 def collect_correctness(source: str, seed: int, ctx: Context) -> Outputs:

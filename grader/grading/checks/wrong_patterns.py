@@ -19,6 +19,11 @@ def once(hints, said: set) -> list[str]:
     return [text for _, text in new]
 
 
+def appended(texts: list[str]) -> str:
+    """Hint texts as they follow a wrong element: a value's note in parentheses, a likely cause after " - "."""
+    return "".join(t if t.startswith(" (") else f" - {t}" for t in texts)
+
+
 def partial_tiles_only(bad: np.ndarray, tile: tuple[int, int]) -> tuple[str, str] | None:
     """Only elements in the last, partial tiles (of `tile` = (rows, columns)) are wrong, while whole tiles
     exist and are right."""

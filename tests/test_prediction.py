@@ -112,7 +112,6 @@ def test_schedulers_without_a_warp_leave_their_fma_lanes_idle():
     assert fma_cycles(32) == 4 * fma_cycles(128) == 4 * fma_cycles(256) == 2 * fma_cycles(64)
 
 
-
 def test_predict_prints_json_alone_within_30_seconds():
     start = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "grader", "predict", str(REPO / "solutions" / "warptiling.cu"),

@@ -16,10 +16,10 @@ sectors, the sectors uncoalesced requests add), one block's barrier latency
 (the other blocks held hide the rest), and the stalls that too few warps per
 scheduler leave unhidden. The parts are summed and scaled: they overlap, but
 no kernel here overlaps them fully, and a sum fits the H200's times better
-than a maximum or any power mean between. The throughputs nobody publishes and the scale are calibrated
-on kernels timed on that GPU (prediction.json, `python -m grader predict
---calibrate`), which also keeps the spread of the calibration's errors: the
-interval given with each prediction.
+than a maximum or any power mean between. The throughputs nobody publishes
+and the scale are calibrated on kernels timed on that GPU (prediction.json,
+`python -m grader predict --calibrate`), which also keeps the spread of the
+calibration's errors: the interval given with each prediction.
 """
 from __future__ import annotations
 

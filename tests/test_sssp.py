@@ -73,6 +73,17 @@ def test_races_pass_and_a_missing_barrier_is_named():
     assert not r.passed and "race(s) on shared memory" in r.message and "loading the tile" in r.message, r.message
 
 
+def test_races_do_not_credit_a_kernel_that_computes_no_distance():
+    """The relaxation kernel as handed out (an empty body) has no race, and no credit for it."""
+    start = SSSP.index("{", SSSP.index("__global__ void sssp_relax("))
+    end = SSSP.index("\n}\n", start)
+    r = run_here("sssp", "sssp-races", SSSP[:start] + "{" + SSSP[end:], 7)
+    assert not r.passed, r.text()
+    assert r.message.startswith("no distance was computed (every cell but the source is still +inf): only a kernel "
+                                "that computes the distances is credited with being race-free (the sssp-distances "
+                                "check says what is wrong)"), r.message
+
+
 def test_shortest_paths_transfers():
     rng = np.random.default_rng(1)
     A, B = top2.inputs(40, 50, 8, rng)

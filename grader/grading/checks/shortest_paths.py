@@ -17,7 +17,8 @@ side a kernel never loads is wrong on every run, not on some seeds).
     sssp-races                   emulator analysis of sssp_relax on a grid of 2 x 2 partial tiles: races
                                  on shared memory and out-of-bounds or misaligned accesses (blocks
                                  reading a neighbour tile's distances while it writes them is the
-                                 algorithm's, and harmless: the analysis looks at shared memory only)
+                                 algorithm's, and harmless: the analysis looks at shared memory only);
+                                 no credit to a kernel that reaches no cell but the source
 
 Each is a Check (grader.grading.protocol): collect_X runs in the sandboxed grading
 process and returns what the kernel did; judge_X gives the verdict from those
@@ -34,6 +35,7 @@ from grader.grading.checks.common import (
     launch_budget,
     launch_errors,
     launch_failure,
+    not_credited,
     returned_matrix,
     start_collect,
 )
@@ -287,8 +289,11 @@ def collect_races(source: str, seed: int, ctx: Context) -> Outputs:
     try:
         with launch_budget(("sssp", "races")), analysis.thread_order(0), analysis.analysis() as report:
             dist, _ = sssp_distances(fns["sssp_relax"], c, M, N, 0)
-            dist.free()
         meta["report"] = analysis.report_data(report)
+        found = np.empty(M * N, np.float32)
+        drv.memcpy_dtoh(found, dist)
+        dist.free()
+        meta["reached"] = int(np.isfinite(found).sum())
     except launch_errors(drv) as e:
         meta["failure"] = launch_failure(drv, e)
     return meta, {}
@@ -311,6 +316,9 @@ def judge_races(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     if report.out_of_bounds:
         problems.append(f"{len(report.out_of_bounds)} out-of-bounds or misaligned access(es), e.g.:\n  "
                         + "\n  ".join(analysis.describe(r) for r in report.out_of_bounds[:SHOW]))
+    if not problems and meta.get("reached", 0) <= 1:     # no race found, but on a kernel that computes nothing
+        problems.append(not_credited("no distance was computed (every cell but the source is still +inf)",
+                                     "computes the distances", "sssp-distances"))
     M, N = RACES_SHAPE
     head = "no races on shared memory, no out-of-bounds accesses" if not problems else "\n".join(problems)
     return CheckResult.make(name, not problems, f"{head} (M={M} N={N}, random seed {seed})",

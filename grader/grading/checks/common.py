@@ -375,10 +375,25 @@ def not_credited(shows: str, does: str, check: str) -> str:
     return f"{shows}: only a kernel that {does} is credited with being race-free (the {check} check says what is wrong)"
 
 
+def computed_nothing(out: np.ndarray, other: np.ndarray | None, output: str, inputs: str = "inputs") -> str | None:
+    """What shows that a race check's output (the normal thread order's) was not computed from the inputs, or
+    None: elements never written, one value everywhere (the inputs are random: no kernel that computes
+    anything gives that), or the same output from other inputs (`other`)."""
+    unwritten = int(sgemm.never_written(out).sum())
+    if unwritten:
+        return f"{unwritten} element(s) of {output} were never written"
+    if np.array_equal(out, np.full_like(out, out.flat[0]), equal_nan=True):
+        return f"{output} is {out.flat[0]:.6g} everywhere{sgemm.value_hint(out.flat[0], output)}"
+    if other is not None and np.array_equal(other, out, equal_nan=True):
+        return f"{output} is the same for other {inputs} (it does not depend on them)"
+    return None
+
+
 def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, shape: tuple, output: str,
                     races_head: str, order_cause: str, does: str, shown: int = 3) -> CheckResult:
     """The verdict on what collect_in_orders returned (meta: with the compile's): passed when the analysed run
-    found no race and no out-of-bounds access and every order gave the same output, all of it written.
+    found no race and no out-of-bounds access, every order gave the same output and that output was computed
+    from the inputs (computed_nothing).
     `races_head` follows the count of races ("race(s) on shared memory, e.g."), `order_cause` says what a
     difference between orders suggests, `does` what a kernel that is credited does ("computes C")."""
     if meta.get("compile_error") is not None:
@@ -398,24 +413,7 @@ def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, 
         problems += analysis.order_problems(first, meta.get("orders", []),
                                             lambda s: returned_matrix(arrays.get(f"out{s}"), shape),
                                             len(ORDER_SEEDS), output, order_cause)
-        unwritten = sgemm.never_written(first)
-        computed_nan = np.isnan(first) & ~unwritten
-        uninitialised = first.view(np.uint32) == sgemm.LOCALS_PATTERN_BITS
-        if unwritten.any():
-            shows = f"{int(unwritten.sum())} element(s) of {output} were never written"
-        elif computed_nan.any():
-            shows = f"{int(computed_nan.sum())} element(s) of {output} are NaN" \
-                f"{sgemm.value_hint(first[computed_nan][0], output)}"
-        elif uninitialised.any():
-            value = first[uninitialised][0]
-            shows = f"{int(uninitialised.sum())} element(s) of {output} are {value:.6g}" \
-                f"{sgemm.value_hint(value, output)}"
-        elif not first.any():           # the inputs are random: no kernel that computes anything gives this
-            shows = f"{output} is 0 everywhere"
-        elif np.array_equal(returned_matrix(arrays.get("other"), shape), first, equal_nan=True):
-            shows = f"{output} is the same for other inputs (it does not depend on them)"
-        else:
-            shows = None
+        shows = computed_nothing(first, returned_matrix(arrays.get("other"), shape), output)
         if shows:
             problems.append(not_credited(shows, does, name.removesuffix("races") + "correctness"))
     elif not failure:

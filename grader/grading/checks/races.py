@@ -10,6 +10,7 @@ import numpy as np
 from grader.grading.checks import emulator_tools as analysis
 from grader.grading.checks.common import (
     ORDER_SEEDS,
+    computed_nothing,
     did_not_finish,
     does_not_compile,
     launch_budget,
@@ -126,23 +127,6 @@ def _problems(ran: dict, arrays: dict, i: int, shape: tuple, stage_id: str = "")
     return problems
 
 
-def _computed_nothing(arrays: dict, i: int, shape: tuple) -> str | None:
-    """What shows that the normal thread order's C was not computed from A and B (elements never written, one
-    value everywhere, as a kernel that only writes 0 leaves it, or the same C from other inputs), or None."""
-    C0 = returned_matrix(arrays.get(f"{i}:C0"), shape[:2])
-    if C0 is None:
-        return None
-    unwritten = int(sgemm.never_written(C0).sum())
-    if unwritten:
-        return f"{unwritten} element(s) of C were never written"
-    if (C0 == C0.flat[0]).all():
-        return f"C is {C0.flat[0]:g} everywhere"
-    other = returned_matrix(arrays.get(f"{i}:other"), shape[:2])
-    if other is not None and np.array_equal(other, C0, equal_nan=True):
-        return "C is the same for other A and B (it does not depend on them)"
-    return None
-
-
 def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     """The verdict on collect()'s outputs."""
     meta, arrays = outputs
@@ -158,7 +142,9 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             return CheckResult.make(NAME, False, f"{shapes[i]}, random seed {seed}:\n" + "\n".join(problems),
                                     details={"seed": seed, **({"did_not_finish": True} if meta.get("stopped") else {})},
                                     output=log)
-        nothing = _computed_nothing(arrays, i, shape)
+        C0 = returned_matrix(arrays.get(f"{i}:C0"), shape[:2])
+        other = returned_matrix(arrays.get(f"{i}:other"), shape[:2])
+        nothing = C0 is not None and computed_nothing(C0, other, "C", "A and B")
         if nothing:         # no race found, but on a kernel that computes nothing
             return CheckResult.make(NAME, False, f"{shapes[i]}, random seed {seed}: "
                                     + not_credited(nothing, "computes C", "correctness"), details={"seed": seed},

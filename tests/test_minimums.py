@@ -78,6 +78,21 @@ def test_races_do_not_credit_a_kernel_that_writes_no_minimum():
     assert not r.passed and "(the sgemm-top2-exact check says what is wrong)" in r.message, r.text()
 
 
+def _constant(source: str, kernel: str) -> str:
+    """The source with the kernel's body two constant keys: minimums that do not come from the input."""
+    start = source.index(f"__global__ void {kernel}(")
+    return source[:source.index("{", start)] + "{\n    if (blockIdx.x + threadIdx.x == 0) { out[0] = 5; out[1] = 7; }\n}\n"
+
+
+def test_races_do_not_credit_minimums_that_do_not_depend_on_the_input():
+    for exercise, source, kernel in (("top2", TOP2, "top2"), ("sgemm-top2", FUSED, "sgemm_top2")):
+        r = run_here(exercise, f"{exercise}-races", _constant(source, kernel), 3)
+        assert not r.passed and r.points == 0, r.text()
+        assert r.message == ("the same minimums for other inputs (they do not depend on them): only a kernel that "
+                             "computes the two minimums is credited with being race-free (the "
+                             f"{exercise}-exact check says what is wrong)"), r.message
+
+
 HOST = f"""import numpy as np
 import pycuda.driver as drv
 from pycuda.compiler import SourceModule

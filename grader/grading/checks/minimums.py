@@ -4,7 +4,8 @@ top-2 (solutions/sgemm-top2.cu) and a host function minimums(A, B).
     top2-exact                    exact against numpy on adversarial arrays (ties, both minimums in one
                                   thread / warp / block, in the scalar tail, at index 0 and the last index,
                                   1 x 2, 1 x N, M x 1, non-multiples) and after a GPU SGEMM
-    top2-races                    emulator analysis (races, out-of-bounds) and permuted thread orders
+    top2-races                    emulator analysis (races, out-of-bounds) and permuted thread orders; no
+                                  credit to a kernel whose keys are unwritten or the same for other inputs
     sgemm-top2-exact              the fused kernel: C correct and its two minimums exact
     sgemm-top2-races              as top2-races for the fused kernel
     host-transfers                minimums(A, B), called in a process of its own: the two minimums right,
@@ -28,6 +29,7 @@ from grader.grading.checks.common import (
     launch_errors,
     launch_failure,
     not_credited,
+    other_inputs_rng,
     returned_matrix,
     start_collect,
 )
@@ -228,7 +230,8 @@ def judge_top2(outputs: Outputs, seed: int, ctx: Context, name: str = "top2-exac
 
 
 def _collect_races(kernels, source: str, seed, launch) -> tuple[dict, dict]:
-    """Emulator analysis of one launch plus permuted thread orders; launch(fns, rng) -> keys."""
+    """Emulator analysis of one launch plus permuted thread orders, then one launch on other inputs (minimums
+    computed from the inputs change); launch(fns, rng, other) -> keys."""
     meta, fns = start_collect(kernels, source, on_emulator=True)
     if fns is None:
         return meta, {}
@@ -244,6 +247,8 @@ def _collect_races(kernels, source: str, seed, launch) -> tuple[dict, dict]:
             with launch_budget((kernels.file, "races", "plain")), analysis.thread_order(s):
                 keys = launch(fns, np.random.default_rng(seed))
             meta["orders"].append({"seed": s, "keys": list(keys)})
+        with launch_budget((kernels.file, "races", "plain")):
+            meta["other"] = list(launch(fns, other_inputs_rng(seed), True))
     except launch_errors(drv) as e:
         meta["failure"] = launch_failure(drv, e)
     return meta, {}
@@ -281,19 +286,22 @@ def _judge_races(meta: dict, seed: int, name: str, hint: str) -> CheckResult:
                                 f"{int(order['seed']):#x}): keys {keys0} in the normal order, {keys} permuted - a "
                                 "missing __syncthreads()?")
                 break
-    if not problems and unwritten(keys0):      # no race found, but on a kernel that computes nothing
-        exact = name.removesuffix("races") + "exact"
-        problems.append(not_credited(unwritten(keys0), "computes the two minimums", exact))
+    if not problems:                    # no race found: credited only if the minimums were computed
+        nothing = unwritten(keys0)
+        if not nothing and _keys(meta.get("other")) == keys0:
+            nothing = "the same minimums for other inputs (they do not depend on them)"
+        if nothing:
+            problems.append(not_credited(nothing, "computes the two minimums", name.removesuffix("races") + "exact"))
     if problems:
         return CheckResult.make(name, False, "\n".join(problems), details={"seed": seed}, output=log)
     return CheckResult.make(name, True, "no races, no out-of-bounds accesses, the same minimums in 3 thread "
                             "orders", details={"seed": seed}, output=log)
 
 
-def _launch_top2(fns, rng):
+def _launch_top2(fns, rng, other: bool = False):
     drv = drivers(on_emulator=True)[0]
     x = rng.uniform(0.5, 1.0, 6007).astype(np.float32)
-    x[[17, 2100]] = 0.1
+    x[[2999, 6000] if other else [17, 2100]] = 0.1
     xd = drv.to_device(x)
     keys = top2.top2_keys(fns["top2"], xd, x.size, blocks=3)
     xd.free()
@@ -385,7 +393,7 @@ def judge_fused(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
                             details={"seed": seed}, output=meta.get("log", ""))
 
 
-def _launch_fused(fns, rng):
+def _launch_fused(fns, rng, other: bool = False):
     A, B = top2.inputs(45, 39, 37, rng)
     k1, k2, _ = top2.fused_keys(fns["sgemm_top2"], A, B)
     return k1, k2

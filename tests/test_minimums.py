@@ -79,9 +79,10 @@ def test_races_do_not_credit_a_kernel_that_writes_no_minimum():
 
 
 def _constant(source: str, kernel: str) -> str:
-    """The source with the kernel's body two constant keys: minimums that do not come from the input."""
+    """The source with the kernel's body replaced by two constant keys: minimums that do not come from the input."""
     start = source.index(f"__global__ void {kernel}(")
-    return source[:source.index("{", start)] + "{\n    if (blockIdx.x + threadIdx.x == 0) { out[0] = 5; out[1] = 7; }\n}\n"
+    body = "{\n    if (blockIdx.x + threadIdx.x == 0) { out[0] = 5; out[1] = 7; }\n}\n"
+    return source[:source.index("{", start)] + body
 
 
 def test_races_do_not_credit_minimums_that_do_not_depend_on_the_input():

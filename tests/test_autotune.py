@@ -31,11 +31,14 @@ def test_sweep_runs_and_checks_its_winner(capsys):
     assert "large-k: winner checked on" in out and "small-square: winner checked on" in out and "dry run" in out
 
 
-def test_split_candidates():
+def test_each_configuration_is_timed_with_the_split_its_launch_cuts():
     c = _config(BK=16)                                               # 128 x 256 tiles
-    assert autotune.split_candidates((4096, 4096, 4096), c, 132) == [1]          # 512 tiles: the GPU is full
-    assert autotune.split_candidates((512, 512, 8192), c, 132) == [1, 2, 3, 4, 6, 8, 12, 16]   # 8 tiles
-    assert autotune.split_candidates((512, 512, 1024), c, 132) == [1, 2, 3, 4]   # slices of K >= 256
+    assert autotune.launch_split((4096, 4096, 4096), c, 132) == 1     # 512 tiles: 3.9 waves on 132 SMs
+    assert autotune.launch_split((512, 512, 8192), c, 132) == 16      # 8 tiles: 16 slices are 128 blocks
+    assert autotune.launch_split((512, 512, 8192), c, 16) == 2        # ... on 16 SMs, 16 blocks
+    M, N, K = 1536, 1536, 1536                                        # 72 tiles: as the stage launches it
+    assert autotune.launch_split((M, N, K), c, 132) == stages.split_slices(
+        K, 72, {**c, "SPLIT_K": stages.MAX_SPLIT, "SPLITK_WORKSPACE": stages.SPLITK_WORKSPACE, "SMS": 132}) > 1
 
 
 def test_unknown_class_is_a_usage_error(capsys):

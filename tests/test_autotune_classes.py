@@ -4,6 +4,7 @@ itself (correct on awkward shapes, the same bits in every run, and a broken
 reduction caught) on whatever backend is active."""
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,13 +13,15 @@ from grader.kernels import sgemm, stages
 from grader.kernels.stages import SPLITK_WORKSPACE, autotuned_for, shape_class, split_slices
 
 SPLIT_BUILD = {**stages.tuned_config("default"), "SPLITK_WORKSPACE": SPLITK_WORKSPACE}
+RESULTS = Path(__file__).resolve().parent.parent / "results" / "nvidia-h100"
 
 
 @pytest.mark.parametrize("shape, cls", [
     ((1024, 1024, 1024), "small-square"), ((2048, 2048, 2048), "medium-square"),
     ((4096, 4096, 4096), "large-square"), ((8192, 8192, 8192), "large-square"),
     ((4000, 3000, 2000), "large-square"), ((512, 512, 8192), "large-k"), ((8192, 128, 8192), "tall-skinny"),
-    ((128, 8192, 8192), "short-wide"), ((17, 33, 9), "small-square"), ((40, 36, 300), "large-k")])
+    ((128, 8192, 8192), "short-wide"), ((17, 33, 9), "small-square"), ((40, 36, 300), "large-k"),
+    ((16384, 512, 1024), "medium-square"), ((512, 16384, 1024), "medium-square")])   # more than 256 wide
 def test_shape_classes(shape, cls):
     assert shape_class(*shape) == cls
 
@@ -43,27 +46,36 @@ def test_tuned_entries_per_class(tmp_path):
             "STAGES": 2, "MIN_BLOCKS": 1}
     big = {**flat, "BM": 128, "BN": 128, "WM": 64, "WN": 64, "WNITER": 2}
     path = tmp_path / "tuned.json"
-    path.write_text(json.dumps({"default": flat, "GPU A": {"large-square": big, "large-k": {**flat, "SPLIT_K": 8}}}))
+    path.write_text(json.dumps({"default": flat, "GPU A": {"large-square": big, "large-k": flat}}))
     assert stages.tuned_config("GPU B", path, "large-k") == flat               # a flat entry serves every class
     assert stages.tuned_config("GPU A", path) == big                            # the graded class by default
     assert stages.tuned_config("GPU A", path, "tall-skinny") == big             # no entry: the graded class's
-    assert stages.tuned_split_k("GPU A", path, "large-k") == 8
-    assert stages.tuned_split_k("GPU A", path, "large-square") == 1
     with pytest.raises(KeyError, match="no shape class"):
         stages.tuned_config("GPU A", path, "huge")
-    st = autotuned_for(512, 512, 8192, "GPU A", path)
-    assert st.launch(512, 512, 8192).grid == (8, 8, 8) and "-DSPLITK_WORKSPACE=%d" % SPLITK_WORKSPACE in st.options()
-    assert not any("SPLIT_K=" in o for o in st.options())                      # a launch setting, not a -D
+    st = autotuned_for(512, 512, 8192, "GPU A", path)            # 64 tiles of 64 x 64 on the SMs of GPU A (here's)
+    assert st.launch(512, 512, 8192).grid[2] > 1 and "-DSPLITK_WORKSPACE=%d" % SPLITK_WORKSPACE in st.options()
+    assert not any("SPLIT_K=" in o or "SMS=" in o for o in st.options())     # launch settings, not -D
     plain = autotuned_for(4096, 4096, 4096, "GPU A", path)
     assert plain.launch(4096, 4096, 4096).grid == (32, 32, 1) and not any("SPLITK" in o for o in plain.options())
 
 
-def test_the_h200_entries_split_where_tiles_are_few():
-    for shape in [(512, 512, 8192), (8192, 128, 8192), (128, 8192, 8192)]:
+def test_the_h200_entries_split_where_tiles_leave_a_wave_part_empty():
+    for shape in [(512, 512, 8192), (8192, 128, 8192), (128, 8192, 8192), (1536, 1536, 1536), (3000, 3000, 3000)]:
         assert autotuned_for(*shape, gpu_name="NVIDIA H200").launch(*shape).grid[2] > 1, shape
-    for shape in [(4096, 4096, 4096), (8192, 8192, 8192)]:
-        assert autotuned_for(*shape, gpu_name="NVIDIA H200").launch(*shape).grid[2] == 1, shape
+    for shape in [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 2048, 2048)]:       # 3.9, 15.5 and 1 waves
+        st = autotuned_for(*shape, gpu_name="NVIDIA H200")
+        assert st.launch(*shape).grid[2] == 1 and not any("SPLITK" in o for o in st.options()), shape
     assert stages.tuned_config("NVIDIA H200") == stages.tuned_config("NVIDIA H200", shape_class="large-square")
+
+
+def test_the_wave_model_counts_a_partial_wave_as_a_whole_one():
+    d = {**SPLIT_BUILD, "BM": 128, "BN": 256, "BK": 8, "STAGES": 3, "MIN_BLOCKS": 1, "SPLIT_K": 16, "SMS": 132}
+    assert split_slices(1536, 72, d) > 1                  # 1536^3: 72 tiles leave 60 of 132 SMs idle
+    assert split_slices(1536, 72, {**d, "SMS": 72}) == 1  # ... on 72 SMs, one full wave
+    assert split_slices(4096, 528, {**d, "SMS": 132}) == 1    # 4 full waves
+    s = split_slices(1536, 72, d)
+    assert 72 * s / (-(-72 * s // 132) * 132) > 0.8       # its waves are mostly full
+    assert split_slices(1536, 72, {k: v for k, v in d.items() if k != "SMS"}) == 16   # no SMs given: the most
 
 
 SHAPES = [(130, 67, 250), (17, 33, 9), (1, 129, 31), (64, 300, 129), (33, 40, 777)]
@@ -104,3 +116,25 @@ def test_split_k_passes_the_graders_correctness_and_race_checks():
     for check in (correctness, races):
         r = run_here(st, check.CHECK, st.source(), 3)
         assert r.status == PASSED, r.message
+
+
+def _recorded_splits():
+    """The recorded times of the H200's configurations at every split of K (on an H100: 132 SMs, as the H200),
+    by (shape, configuration), without the shapes under 512 in every dimension (launch latency rules there)."""
+    groups = {}
+    for path in (RESULTS / "splits.json", RESULTS / "every-config" / "splits.json"):
+        for r in json.loads(path.read_text()):
+            if r["gflops"] and max(r["shape"]) >= 512:
+                groups.setdefault((tuple(r["shape"]), r["config"]), {})[r["split"]] = r["gflops"]
+    return groups
+
+
+def test_the_wave_model_picks_the_split_measured_fastest():
+    groups = _recorded_splits()
+    assert len(groups) >= 40
+    for (shape, cls), gflops in groups.items():
+        d = {**stages.tuned_config("NVIDIA H200", shape_class=cls), "SPLITK_WORKSPACE": SPLITK_WORKSPACE,
+             "SPLIT_K": stages.MAX_SPLIT, "SMS": 132}
+        M, N, K = shape
+        picked = split_slices(K, -(-M // d["BM"]) * -(-N // d["BN"]), d)
+        assert gflops[picked] >= 0.98 * max(gflops.values()), (shape, cls, picked, gflops)

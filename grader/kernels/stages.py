@@ -13,11 +13,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from grader.platform import devices
 from grader.platform.backend import drivers
 from grader.platform.compiler import SOLUTIONS_DIR
 
 Dim3 = tuple[int, int, int]
-LAUNCH_SETTINGS = frozenset({"SPLIT_K"})   # defines only a launch rule reads (see split_slices)
+LAUNCH_SETTINGS = frozenset({"SPLIT_K", "SMS"})   # defines only a launch rule reads (see split_slices)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -120,22 +121,26 @@ TUNED_CONFIGS_PATH = Path(__file__).resolve().parent / "tuned_configs.json"
 WARPTILE_PARAMS = ("BM", "BN", "BK", "WM", "WN", "WNITER", "TM", "TN", "NUM_THREADS", "STAGES", "MIN_BLOCKS")
 SHAPE_CLASSES = ("large-square", "medium-square", "small-square", "tall-skinny", "short-wide", "large-k")
 GRADED_CLASS = "large-square"        # the class of the graded size (4096^3): the stage "autotuned" itself
-# The split-K workspace of the autotuned stage's builds, in floats (32 MiB of the module's global memory):
-# gridDim.z x the tiles of C x BM x BN must fit (split_slices keeps to it).
-SPLITK_WORKSPACE = 1 << 23
+# The split-K workspace of the autotuned stage's builds, in floats (256 MiB of the module's global memory):
+# gridDim.z x the tiles of C x BM x BN must fit (split_slices keeps to it); 5000^3 in two slices of 128 x 256
+# tiles needs 52 million.
+SPLITK_WORKSPACE = 1 << 26
+MAX_SPLIT = 16                       # the most slices of K the autotuned stage cuts
+SKINNY = 256                         # the widest output of the tall-skinny and short-wide classes
 
 
 def shape_class(M: int, N: int, K: int) -> str:
     """Which tuned configuration C = A B (M x K times K x N) gets: few outputs
-    and a long K ("large-k", the case for split-K), far more rows than columns
-    ("tall-skinny") or the reverse ("short-wide"), at most 1024 x 1024 outputs
-    ("small-square"), at most 2^23 (2896^2: 2048^3 is one wave of 128 x 256
-    tiles on 132 SMs) ("medium-square"), else "large-square"."""
+    and a long K ("large-k"), far more rows than columns and at most 256
+    columns ("tall-skinny") or the reverse ("short-wide"), at most 1024 x 1024
+    outputs ("small-square"), at most 2^23 (2896^2: 2048^3 is one wave of
+    128 x 256 tiles on 132 SMs) ("medium-square"), else "large-square". How
+    many slices of K the launch cuts is the wave model's (split_slices)."""
     if M * N <= 1 << 20 and K >= 4 * max(M, N):
         return "large-k"
-    if M >= 8 * N:
+    if M >= 8 * N and N <= SKINNY:
         return "tall-skinny"
-    if N >= 8 * M:
+    if N >= 8 * M and M <= SKINNY:
         return "short-wide"
     if M * N <= 1 << 20:
         return "small-square"
@@ -143,17 +148,36 @@ def shape_class(M: int, N: int, K: int) -> str:
 
 
 def split_slices(K: int, tiles: int, d) -> int:
-    """gridDim.z of a warptiling launch: the slices of K (split-K). d["SPLIT_K"]
-    (default 1) at most, in builds with a workspace (d["SPLITK_WORKSPACE"]
-    floats) only, never more than the BK-tiles of K or than the workspace
-    holds, and never an empty slice (the kernel gives each slice
-    ceil(k-tiles / slices) tiles)."""
+    """gridDim.z of a warptiling launch: the slices of K (split-K), in builds with a workspace
+    (d["SPLITK_WORKSPACE"] floats) only. At most d["SPLIT_K"] (default 1), never more than the BK-tiles of
+    K or than the workspace holds, and never an empty slice (the kernel gives each slice
+    ceil(k-tiles / slices) tiles). With d["SMS"], the SMs of the GPU, the count split_cost finds
+    fastest; without, the most allowed."""
     want, room = int(d.get("SPLIT_K", 1)), int(d.get("SPLITK_WORKSPACE", 0))
     k_tiles = cdiv(K, d["BK"])
-    s = min(want, k_tiles, room // (tiles * d["BM"] * d["BN"]))
-    if s <= 1:
-        return 1
-    return cdiv(k_tiles, cdiv(k_tiles, s))
+    most = min(want, k_tiles, room // (tiles * d["BM"] * d["BN"]))
+    counts = sorted({cdiv(k_tiles, cdiv(k_tiles, s)) for s in range(1, max(1, most) + 1)})
+    if "SMS" not in d:
+        return counts[-1]
+    slots = int(d["SMS"]) * int(d.get("MIN_BLOCKS", 1))
+    return min(counts, key=lambda s: split_cost(tiles, s, k_tiles, slots, int(d["STAGES"])))
+
+
+# The wave model's costs, in the time of one BK-tile of a block's main loop: from the middle of the range
+# of values with which it picks, at every shape measured, a split within 2% of the fastest (the H200's
+# configurations at every split on an H100, whose 132 SMs and SASS are the H200's: results/nvidia-h100/
+# splits.md and every-config/splits.md; tests/test_autotune_classes.py holds the model to them).
+FILL = 2.0          # a block's prologue and epilogue beyond its k-tiles (beyond STAGES - 1 tiles in flight)
+PARTIAL = 1.0       # a block of a split tile writing its partial sums
+REDUCE = 1.0        # the last block of a tile reading one partial tile
+
+
+def split_cost(tiles: int, slices: int, k_tiles: int, slots: int, stages: int) -> float:
+    """The time of C's tiles cut into `slices` slices of K on a GPU that runs `slots` blocks at once: the
+    waves of blocks (a partial wave costs a whole one), each block's k-tiles and overheads, and the last
+    block's sum of the partial tiles."""
+    block = cdiv(k_tiles, slices) + FILL + stages - 1 + (PARTIAL if slices > 1 else 0.0)
+    return cdiv(tiles * slices, slots) * block + (REDUCE * slices if slices > 1 else 0.0)
 
 
 def _tuned_entry(gpu_name: str | None, path: Path | None, cls: str) -> dict:
@@ -181,11 +205,6 @@ def tuned_config(gpu_name: str | None = None, path: Path | None = None, shape_cl
     emulator's name is never listed)."""
     entry = _tuned_entry(gpu_name, path, shape_class)
     return {k: int(entry[k]) for k in WARPTILE_PARAMS}
-
-
-def tuned_split_k(gpu_name: str | None = None, path: Path | None = None, shape_class: str = GRADED_CLASS) -> int:
-    """The most slices of K (split-K) the tuned entry allows (1: none)."""
-    return int(_tuned_entry(gpu_name, path, shape_class).get("SPLIT_K", 1))
 
 
 class _TunedDefines(Mapping):
@@ -216,15 +235,18 @@ class _TunedDefines(Mapping):
 
 def autotuned_for(M: int, N: int, K: int, gpu_name: str | None = None, path: Path | None = None) -> Stage:
     """The autotuned stage as it runs C = A B of this shape: the tuned
-    configuration of the shape's class (shape_class), and where the class
-    splits K, the split-K build (SPLITK_WORKSPACE) and its limit SPLIT_K (a
-    launch setting). Without a split the build is the graded one: the split-K
-    code, even unused, costs registers (results/nvidia-h200/shapes.md)."""
+    configuration of the shape's class (shape_class), and where the wave model
+    cuts K into slices on the GPU model's SMs (split_slices), the split-K build
+    (SPLITK_WORKSPACE) with the launch settings SPLIT_K and SMS. Without a
+    split the build is the graded one: the split-K code, even unused, costs
+    registers (results/nvidia-h200/shapes.md)."""
     cls = shape_class(M, N, K)
     defines = tuned_config(gpu_name, path, cls)
-    split = tuned_split_k(gpu_name, path, cls)
-    if split > 1:
-        defines.update(SPLITK_WORKSPACE=SPLITK_WORKSPACE, SPLIT_K=split)
+    device = devices.known(gpu_name) if gpu_name else None
+    split_build = {**defines, "SPLITK_WORKSPACE": SPLITK_WORKSPACE, "SPLIT_K": MAX_SPLIT,
+                   "SMS": device.sm_count if device else devices.multiprocessor_count()}
+    if _warptile(M, N, K, split_build).grid[2] > 1:
+        defines = split_build
     return replace(stage("autotuned"), defines=defines, title=f"{stage('autotuned').title} (class {cls})")
 
 

@@ -13,10 +13,10 @@ rule the emulator's: grader.emulator.analysis.bank_wavefronts). Each valid
 configuration is compiled twice, as the autotuned stage builds it without and
 with split-K (-DSPLITK_WORKSPACE), and timed at each class's shape (CLASS_SHAPES) by
 grader.kernels.timing.time_kernel, like every published figure (median of --repeats >=
-20 runs, L2 flushed before each): with gridDim.z = 1, and where the tiles of C
-are too few to fill the GPU, also split along K (split_candidates). Per class,
-the fastest (configuration, split) is checked for correctness on awkward shapes
-and at the class's shape (the next fastest when it is wrong). All results go to
+20 runs, L2 flushed before each), cut into as many slices of K as the stage's
+launch cuts for it there (the wave model, launch_split). Per class, the fastest
+configuration is checked for correctness on awkward shapes and at the class's
+shape (the next fastest when it is wrong). All results go to
 a JSON file, with cuBLAS timed at each shape for comparison, and the winners
 to grader/kernels/tuned_configs.json under the GPU's name, one entry per class. On the
 CPU emulator nothing is timed ("not timed: no GPU"): the candidates are
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from grader.kernels import sgemm, stages, timing
-from grader.kernels.stages import SPLITK_WORKSPACE, cdiv, split_slices
+from grader.kernels.stages import MAX_SPLIT, SPLITK_WORKSPACE, cdiv, split_slices
 from grader.kernels.stages import WARPTILE_PARAMS as PARAMS
 from grader.kernels.warptile_tuner import describe
 from grader.platform.backend import current as current_backend
@@ -126,25 +126,14 @@ CLASS_SHAPES = {   # M, N, K at which each class is tuned (and benchmarked: grad
     "short-wide": (128, 8192, 8192),
     "large-k": (512, 512, 8192),
 }
-SPLITS = (1, 2, 3, 4, 6, 8, 12, 16)   # slices of K tried
-MAX_WAVES = 4                          # no split that makes more than 4 blocks per SM
-MIN_SLICE = 256                        # nor a slice of K shorter than this
 
 
-def split_candidates(shape: tuple[int, int, int], c: dict, sms: int) -> list[int]:
-    """The split counts worth timing for configuration c at this shape: 1, and
-    each of SPLITS that the launch really makes (stages.split_slices) while the
-    blocks stay within MAX_WAVES per SM and the slices of K at least MIN_SLICE
-    long. Many tiles (a large square) leave only 1."""
+def launch_split(shape: tuple[int, int, int], c: dict, sms: int) -> int:
+    """The slices of K the autotuned stage's launch cuts for configuration c at this shape on `sms` SMs
+    (the wave model, stages.split_slices): what c is timed with, as it would run."""
     M, N, K = shape
     tiles = cdiv(M, c["BM"]) * cdiv(N, c["BN"])
-    out = [1]
-    for s in SPLITS[1:]:
-        if tiles * s > MAX_WAVES * sms or K < s * MIN_SLICE:
-            break
-        if split_slices(K, tiles, {**c, "SPLIT_K": s, "SPLITK_WORKSPACE": SPLITK_WORKSPACE}) == s:
-            out.append(s)
-    return out
+    return split_slices(K, tiles, {**c, "SPLIT_K": MAX_SPLIT, "SPLITK_WORKSPACE": SPLITK_WORKSPACE, "SMS": sms})
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -225,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         if result["best"] is None:
             print(f"autotune: {cls}: no configuration ran correctly")
             return 1
-        winners[cls] = {**result["best"]["config"], "SPLIT_K": result["best"]["split_k"]}
+        winners[cls] = result["best"]["config"]
 
     if args.dry_run:
         print("dry run: no files written")
@@ -243,15 +232,15 @@ def main(argv: list[str] | None = None) -> int:
         entry = {stages.GRADED_CLASS: entry}
     configs[gpu] = {**entry, **winners}
     Path(path).write_text(json.dumps(configs, indent=2) + "\n")
-    print(f"{path}: {gpu} -> " + "; ".join(f"{c}: {describe(w)} SPLIT_K={w['SPLIT_K']}" for c, w in winners.items()))
+    print(f"{path}: {gpu} -> " + "; ".join(f"{c}: {describe(w)}" for c, w in winners.items()))
     return 0
 
 
 def tune_class(cls, shape, builds, cands, functions, sms, repeats, rng) -> dict:
-    """Time every compiled candidate at `shape` with each of its split counts
+    """Time every compiled candidate at `shape` with the split its launch cuts
     (split 1 in the plain build, builds[0], more in the split-K build,
-    builds[1]), then check the fastest (configuration, split) for correctness
-    (the next fastest when wrong). Returns the class's part of the report."""
+    builds[1]), then check the fastest for correctness (the next fastest when
+    wrong). Returns the class's part of the report."""
     import pycuda.driver as drv
 
     M, N, K = shape
@@ -259,9 +248,9 @@ def tune_class(cls, shape, builds, cands, functions, sms, repeats, rng) -> dict:
     a, b, c = drv.to_device(A), drv.to_device(B), drv.mem_alloc(M * N * 4)
     cublas = timing.cublas_sgemm_time(M, N, K, repeat=repeats)
     cublas_ms = cublas.median_s * 1e3 if isinstance(cublas, timing.Timing) else None
-    runs = [(i, s) for i in range(len(cands)) for s in split_candidates(shape, cands[i], sms)
-            if functions[s > 1][i] is not None]
-    print(f"{cls} at {M}x{N}x{K}: {len(runs)} (configuration, split) pairs"
+    runs = [(i, launch_split(shape, cand, sms)) for i, cand in enumerate(cands)]
+    runs = [(i, s) for i, s in runs if functions[s > 1][i] is not None]
+    print(f"{cls} at {M}x{N}x{K}: {len(runs)} configurations"
           + (f"; cuBLAS {cublas_ms:.3f} ms" if cublas_ms else f"; cuBLAS {cublas}"))
     entries = []
     t0 = time.time()

@@ -6,7 +6,7 @@ inputs and checked; see grader.kernels.timing), the ratio to cuBLAS per shape, a
 (our calculator vs the CUDA API), and results/<gpu>/bench.json, bench.md and
 roofline.png. The stage "autotuned" runs each shape with the configuration of
 its shape class (grader.kernels.stages.autotuned_for: tiles, and split-K where the
-tiles of C are too few for the GPU). On the emulator: every stage's reference
+tiles of C leave a wave of blocks partly empty). On the emulator: every stage's reference
 kernel once on a few small non-square shapes, correctness only ("not timed:
 no GPU").
 

@@ -76,7 +76,7 @@ for M, N, K in shapes:
     print(f"{M}x{N}x{K}: {len(kernels)} kernels in {time.time() - start:.0f} s", flush=True)
 
 args.out.mkdir(parents=True, exist_ok=True)
-(args.out / "splits.json").write_text(json.dumps(rows, indent=1) + "\n")
+(args.out / "splits.json").write_text("[\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]\n")   # a row a line
 
 
 def fmt(r) -> str:

@@ -52,7 +52,7 @@ def test_tuned_entries_per_class(tmp_path):
     assert stages.tuned_config("GPU A", path, "tall-skinny") == big             # no entry: the graded class's
     with pytest.raises(KeyError, match="no shape class"):
         stages.tuned_config("GPU A", path, "huge")
-    st = autotuned_for(512, 512, 8192, "GPU A", path)            # 64 tiles of 64 x 64 on the SMs of GPU A (here's)
+    st = autotuned_for(512, 512, 8192, "GPU A", path)    # 64 tiles; GPU A is no device of the table: this one's SMs
     assert st.launch(512, 512, 8192).grid[2] > 1 and "-DSPLITK_WORKSPACE=%d" % SPLITK_WORKSPACE in st.options()
     assert not any("SPLIT_K=" in o or "SMS=" in o for o in st.options())     # launch settings, not -D
     plain = autotuned_for(4096, 4096, 4096, "GPU A", path)
@@ -136,5 +136,5 @@ def test_the_wave_model_picks_the_split_measured_fastest():
         d = {**stages.tuned_config("NVIDIA H200", shape_class=cls), "SPLITK_WORKSPACE": SPLITK_WORKSPACE,
              "SPLIT_K": stages.MAX_SPLIT, "SMS": 132}
         M, N, K = shape
-        picked = split_slices(K, -(-M // d["BM"]) * -(-N // d["BN"]), d)
+        picked = split_slices(K, stages.cdiv(M, d["BM"]) * stages.cdiv(N, d["BN"]), d)
         assert gflops[picked] >= 0.98 * max(gflops.values()), (shape, cls, picked, gflops)

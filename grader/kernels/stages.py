@@ -164,9 +164,10 @@ def split_slices(K: int, tiles: int, d) -> int:
 
 
 # The wave model's costs, in the time of one BK-tile of a block's main loop: from the middle of the range
-# of values with which it picks, at every shape measured, a split within 2% of the fastest (the H200's
-# configurations at every split on an H100, whose 132 SMs and SASS are the H200's: results/nvidia-h100/
-# splits.md and every-config/splits.md; tests/test_autotune_classes.py holds the model to them).
+# of values with which it picks a split within 2% of the fastest at every shape measured of at least 512 in
+# one dimension (the H200's configurations at every split on an H100, whose 132 SMs and SASS are the H200's:
+# results/nvidia-h100/splits.md and every-config/splits.md; tests/test_autotune_classes.py holds the model to
+# them). Below that a launch's fixed costs rule, which the model leaves out.
 FILL = 2.0          # a block's prologue and epilogue beyond its k-tiles (beyond STAGES - 1 tiles in flight)
 PARTIAL = 1.0       # a block of a split tile writing its partial sums
 REDUCE = 1.0        # the last block of a tile reading one partial tile

@@ -80,7 +80,7 @@ args.out.mkdir(parents=True, exist_ok=True)
 
 
 def fmt(r) -> str:
-    return f"{r['ratio']:.3f}" if r and r["ratio"] else (r["status"] if r else "-")
+    return f"{r['ratio']:.3f}" if r["ratio"] else r["status"]
 
 
 command = ("GRADER_BACKEND=gpu PYTHONPATH=. python3 results/nvidia-h100/splits.py --sizes " + args.sizes

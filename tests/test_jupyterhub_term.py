@@ -353,7 +353,12 @@ def _run_setup_cell(page) -> None:
         except AssertionError:
             pass
     _wait_for(lambda: re.fullmatch(r"\[\d+\]:", prompt.text_content().strip()), SPAWN, "the setup cell ends")
-    shown = cell.locator(".jp-OutputArea").inner_text()
+    output = cell.locator(".jp-OutputArea")
+    try:            # the page may number the cell before it draws the cell's output
+        _wait_for(lambda: output.inner_text().strip(), 10, "the setup cell's output")
+    except AssertionError:
+        pass        # none came: the assertion below shows what the cell shows
+    shown = output.inner_text()
     assert re.fullmatch(rf"grader: kernels run on the {grader.BACKEND.name}\b.*", shown.strip()), (
         f"the setup cell shows:\n{shown}")
     print(f"the setup cell ran ({presses} Shift+Enter)")

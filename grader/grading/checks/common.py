@@ -339,26 +339,27 @@ def judge_guarded(ran: list[dict], arrays: dict, cases: list[GuardedCase]) -> tu
 ORDER_SEEDS = (0x5EED1, 0xC0FFEE)      # the permuted thread orders a races check runs beside the normal one
 
 
-def collect_in_orders(check: str, launch, on_other_inputs) -> tuple[dict, dict]:
+def collect_in_orders(check: str, launch, on_other_inputs, where: tuple = ()) -> tuple[dict, dict]:
     """launch() -> (output or None, why it failed or None): analysed in the normal thread order, then, when
     that gave an output, in each of ORDER_SEEDS' orders until one fails, then on_other_inputs() (the same
-    launch on other inputs: an output computed from them changes). Returns ({"failure", "report",
-    "orders": [{"seed", "failure"}]}, {"out0", "out<seed>", "other"})."""
+    launch on other inputs: an output computed from them changes). The launches' budgets are keyed by
+    (check, "analysed" or "plain", *where). Returns ({"failure", "report", "orders": [{"seed", "failure"}]},
+    {"out0", "out<seed>", "other"})."""
     meta, arrays = {}, {}
-    with launch_budget((check, "analysed")), analysis.thread_order(0), analysis.analysis() as report:
+    with launch_budget((check, "analysed", *where)), analysis.thread_order(0), analysis.analysis() as report:
         out, meta["failure"] = launch()
     meta["report"] = analysis.report_data(report)
     meta["orders"] = []
     if out is not None:
         arrays["out0"] = out
         for seed in ORDER_SEEDS:
-            with launch_budget((check, "plain")), analysis.thread_order(seed):
+            with launch_budget((check, "plain", *where)), analysis.thread_order(seed):
                 out, failure = launch()
             meta["orders"].append({"seed": seed, "failure": failure})
             if failure:
                 return meta, arrays
             arrays[f"out{seed}"] = out
-        with launch_budget((check, "plain")):
+        with launch_budget((check, "plain", *where)):
             out, _ = on_other_inputs()
         if out is not None:
             arrays["other"] = out
@@ -389,6 +390,36 @@ def computed_nothing(out: np.ndarray, other: np.ndarray | None, output: str, inp
     return None
 
 
+def in_orders_problems(meta: dict, arrays: dict, shape: tuple, output: str, races_head: str, order_cause: str,
+                       shown: int = 3) -> list[str]:
+    """What is wrong in what collect_in_orders returned: the normal order's failure, the races and the
+    out-of-bounds accesses the analysis found (each description once, the first `shown`; an access the
+    failure names is not said again), outputs that differ between thread orders."""
+    report = analysis.report_from(meta.get("report", {}))
+    failure = meta.get("failure")
+    problems = [f"normal thread order: {failure}"] if failure else []
+    races = list(report.races)
+    if races:           # races told apart only by where they touch read the same: each said once
+        problems.append(f"{len(races)} {races_head}:\n  " + "\n  ".join(_distinct(races, shown)))
+    unsaid = [d for d in _distinct(report.out_of_bounds, shown) if d not in (failure or "")]
+    if unsaid:
+        problems.append(f"{len(report.out_of_bounds)} out-of-bounds or misaligned access(es), e.g.:\n  "
+                        + "\n  ".join(unsaid))
+    first = returned_matrix(arrays.get("out0"), shape)
+    if first is not None:
+        problems += analysis.order_problems(first, meta.get("orders", []),
+                                            lambda s: returned_matrix(arrays.get(f"out{s}"), shape),
+                                            len(ORDER_SEEDS), output, order_cause)
+    elif not failure:
+        problems.append(f"the grading process returned no {output}")
+    return problems
+
+
+def _distinct(records, shown: int) -> list[str]:
+    """The first `shown` different descriptions (two arrays touched by the same lines read alike)."""
+    return list(dict.fromkeys(analysis.describe(r) for r in records))[:shown]
+
+
 def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, shape: tuple, output: str,
                     races_head: str, order_cause: str, does: str, shown: int = 3) -> CheckResult:
     """The verdict on what collect_in_orders returned (meta: with the compile's): passed when the analysed run
@@ -398,26 +429,11 @@ def judge_in_orders(name: str, seed: int, meta: dict, arrays: dict, label: str, 
     difference between orders suggests, `does` what a kernel that is credited does ("computes C")."""
     if meta.get("compile_error") is not None:
         return does_not_compile(name, meta["compile_error"], seed)
-    report = analysis.report_from(meta.get("report", {}))
-    failure = meta.get("failure")
-    problems = [f"normal thread order: {failure}"] if failure else []
-    races, oob = list(report.races), list(report.out_of_bounds)
-    if races:           # races told apart only by where they touch read the same: each said once
-        described = list(dict.fromkeys(analysis.describe(r) for r in races))
-        problems.append(f"{len(races)} {races_head}:\n  " + "\n  ".join(described[:shown]))
-    if oob and not failure:
-        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  "
-                        + "\n  ".join(analysis.describe(r) for r in oob[:shown]))
+    problems = in_orders_problems(meta, arrays, shape, output, races_head, order_cause, shown)
     first = returned_matrix(arrays.get("out0"), shape)
-    if first is not None:
-        problems += analysis.order_problems(first, meta.get("orders", []),
-                                            lambda s: returned_matrix(arrays.get(f"out{s}"), shape),
-                                            len(ORDER_SEEDS), output, order_cause)
-        shows = computed_nothing(first, returned_matrix(arrays.get("other"), shape), output)
-        if shows:
-            problems.append(not_credited(shows, does, name.removesuffix("races") + "correctness"))
-    elif not failure:
-        problems.append(f"the grading process returned no {output}")
+    shows = first is not None and computed_nothing(first, returned_matrix(arrays.get("other"), shape), output)
+    if shows and not problems:
+        problems.append(not_credited(shows, does, name.removesuffix("races") + "correctness"))
     head, log = f"{label}, random seed {seed}", meta.get("log", "")
     if problems:
         return CheckResult.make(name, False, f"{head}:\n" + "\n".join(problems), details={"seed": seed}, output=log)

@@ -10,10 +10,11 @@ import numpy as np
 from grader.grading.checks import emulator_tools as analysis
 from grader.grading.checks.common import (
     ORDER_SEEDS,
+    collect_in_orders,
     computed_nothing,
     did_not_finish,
     does_not_compile,
-    launch_budget,
+    in_orders_problems,
     launch_errors,
     launch_failure,
     not_credited,
@@ -33,9 +34,9 @@ SHAPES = ((45, 39, 37), (36, 40, 20))
 SHOW = 3
 
 
-def _launch(driver, function, stage, A, B, stopped: list, budget_key: tuple):
-    """(C, failure reason or None); exact-size buffers, C NaN-poisoned; the launch within the budget
-    the reference's same launch sets."""
+def _launch(driver, function, stage, A, B, stopped: list):
+    """(C, failure reason or None); exact-size buffers, C NaN-poisoned. A launch that did not finish adds
+    to `stopped`."""
     M, K = A.shape
     N = B.shape[1]
     launch = stage.launch(M, N, K)
@@ -43,8 +44,7 @@ def _launch(driver, function, stage, A, B, stopped: list, budget_key: tuple):
     C = sgemm.poisoned((M, N))
     c = driver.to_device(C)
     try:
-        with launch_budget(budget_key):
-            sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
+        sgemm.launch_kernel(function, launch, M, N, K, a, b, c)
     except launch_errors(driver) as e:
         if did_not_finish(e):
             stopped.append(True)
@@ -65,66 +65,25 @@ def collect(source: str, seed: int, ctx: Context) -> Outputs:
     stopped, arrays, meta["shapes"] = [], {}, []
     for i, (M, N, K) in enumerate(SHAPES):
         A, B = sgemm.random_inputs(M, N, K, rng)
-        ran = {"orders": []}
+        other = sgemm.random_inputs(M, N, K, other_inputs_rng(seed))
+        ran, outs = collect_in_orders(NAME, lambda: _launch(driver, function, stage, A, B, stopped),
+                                      lambda: _launch(driver, function, stage, *other, stopped),
+                                      where=(stage.id, M, N, K))
         meta["shapes"].append(ran)
-        with analysis.thread_order(0), analysis.analysis() as report:
-            C0, ran["failure"] = _launch(driver, function, stage, A, B, stopped,
-                                         (NAME, "analysed", stage.id, M, N, K))
-        ran["report"] = analysis.report_data(report)
-        if C0 is None:
-            break
-        arrays[f"{i}:C0"] = C0
-        for s in ORDER_SEEDS:
-            with analysis.thread_order(s):
-                C1, failure = _launch(driver, function, stage, A, B, stopped, (NAME, "plain", stage.id, M, N, K))
-            ran["orders"].append({"seed": s, "failure": failure})
-            if failure:
-                break
-            arrays[f"{i}:C{s}"] = C1
-        if not (stopped or ran["orders"][-1]["failure"]):      # other inputs: a C computed from A and B changes
-            A2, B2 = sgemm.random_inputs(M, N, K, other_inputs_rng(seed))
-            C2, _ = _launch(driver, function, stage, A2, B2, stopped, (NAME, "plain", stage.id, M, N, K))
-            if C2 is not None:
-                arrays[f"{i}:other"] = C2
+        arrays.update({f"{i}:{k}": v for k, v in outs.items()})
+        report = analysis.report_from(ran["report"])
         if stopped or ran["failure"] or report.races or report.out_of_bounds:
             break
     meta["stopped"] = bool(stopped)
     return meta, arrays
 
 
+RACES_HEAD = "race(s) on shared or global memory, e.g."
+ORDER_CAUSE = ("threads read data that other threads have not written yet (or overwrite it too early): a missing "
+               "__syncthreads()")
 # A stage's other likely cause of an order-dependent C, said after "a missing __syncthreads()".
 LIKELY_TOO = {"double-buffering": ", or the next tile stored into the buffer being read (t % 2 where (t + 1) % 2 "
                                   "belongs)"}
-
-
-def _distinct(records) -> list[str]:
-    """The first SHOW different descriptions (two arrays raced on by the same lines read alike)."""
-    return list(dict.fromkeys(analysis.describe(r) for r in records))[:SHOW]
-
-
-def _problems(ran: dict, arrays: dict, i: int, shape: tuple, stage_id: str = "") -> list[str]:
-    M, N, _ = shape
-    report = analysis.report_from(ran.get("report", {}))
-    problems = []
-    if ran.get("failure"):
-        problems.append(f"normal thread order: {ran['failure']}")
-    races, oob = list(report.races), list(report.out_of_bounds)
-    if races:
-        problems.append(f"{len(races)} race(s) on shared or global memory, e.g.:\n  "
-                        + "\n  ".join(_distinct(races)))
-    unsaid = [d for d in _distinct(oob) if d not in (ran.get("failure") or "")]     # the failure names the first
-    if unsaid:
-        problems.append(f"{len(oob)} out-of-bounds or misaligned access(es), e.g.:\n  " + "\n  ".join(unsaid))
-    C0 = returned_matrix(arrays.get(f"{i}:C0"), (M, N))
-    if C0 is not None:
-        problems += analysis.order_problems(
-            C0, ran.get("orders", []), lambda s: returned_matrix(arrays.get(f"{i}:C{s}"), (M, N)),
-            len(ORDER_SEEDS), "C",
-            "threads read data that other threads have not written yet (or overwrite it too early): a missing "
-            "__syncthreads()" + LIKELY_TOO.get(stage_id, "") + "?")
-    elif not ran.get("failure"):
-        problems.append("the grading process returned no C")
-    return problems
 
 
 def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
@@ -136,14 +95,16 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
     ran = meta.get("shapes", [])
     shapes = [f"M={M} N={N} K={K}" for M, N, K in SHAPES]
     for i, shape in enumerate(SHAPES):
-        problems = (_problems(ran[i], arrays, i, shape, ctx.stage.id) if i < len(ran)
+        mine = {k.removeprefix(f"{i}:"): v for k, v in arrays.items() if k.startswith(f"{i}:")}
+        problems = (in_orders_problems(ran[i], mine, shape[:2], "C", RACES_HEAD, ORDER_CAUSE
+                                       + LIKELY_TOO.get(ctx.stage.id, "") + "?", SHOW) if i < len(ran)
                     else ["the grading process returned nothing for this shape"])
         if problems:
             return CheckResult.make(NAME, False, f"{shapes[i]}, random seed {seed}:\n" + "\n".join(problems),
                                     details={"seed": seed, **({"did_not_finish": True} if meta.get("stopped") else {})},
                                     output=log)
-        C0 = returned_matrix(arrays.get(f"{i}:C0"), shape[:2])
-        other = returned_matrix(arrays.get(f"{i}:other"), shape[:2])
+        C0 = returned_matrix(mine.get("out0"), shape[:2])
+        other = returned_matrix(mine.get("other"), shape[:2])
         nothing = C0 is not None and computed_nothing(C0, other, "C", "A and B")
         if nothing:         # no race found, but on a kernel that computes nothing
             return CheckResult.make(NAME, False, f"{shapes[i]}, random seed {seed}: "

@@ -96,6 +96,16 @@ def test_races_credit_only_an_output_computed_from_the_input():
     assert run_here("transpose", "transpose-races", TRANSPOSE, 1).status == PASSED
 
 
+def test_a_race_is_said_alone_where_the_output_is_not_computed_either():
+    """The race is what to fix first: "only a kernel that transposes is credited" is said only where no race
+    or bad access was found."""
+    racy_and_empty = variant(NOSYNC, "        out[(x0 + ty) * rows + y0 + tx] = tile[tx][ty];",
+                             "        if (tile[tx][ty] == 12345.0f) out[(x0 + ty) * rows + y0 + tx] = 1.0f;")
+    r = run_here("transpose", "transpose-races", racy_and_empty, 1)
+    assert r.status == FAILED and "shared-memory race" in r.message, r.text()
+    assert "credited" not in r.message and "never written" not in r.message, r.text()
+
+
 def test_bank_conflicts_fails_a_32x32_tile_with_line_and_ways():
     assert run_here("transpose", "transpose-correctness", TILE32, 1).status == PASSED
     r = run_here("transpose", "transpose-bank-conflicts", TILE32, 1)

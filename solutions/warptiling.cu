@@ -26,7 +26,9 @@
 // computed, and stored transposed, as in the double-buffering stage: a warp
 // covers 16 rows x 2 groups of 4 k, and rows of As padded to BM+4 floats put
 // its stores in 32 different banks (bank 16g + 4j + m for element j of a
-// group). Zeros outside the matrices.
+// group). The scalar path (rows not 16-byte aligned) loads A in groups of 4
+// rows at one k instead, stored as one float4 (load_a). Zeros outside the
+// matrices.
 // The buffers are dynamic shared memory: STAGES * BK * (BM + 4 + BN) floats,
 // more than 48 KiB for the larger configurations.
 // The loop: on the float4 path (main_loop4) a thread finds the sources of its
@@ -118,38 +120,14 @@ __device__ __forceinline__ void copy_b(int N, int kEnd, const float* B, int colB
     __pipeline_commit();
 }
 
-// Where group e of the A tile lies: 4 consecutive k (k .. k+3) of row m. A
-// warp covers 16 rows x 2 groups, so that its stores to As are conflict free.
+// Where group e of the A tile lies on the float4 path: 4 consecutive k
+// (k .. k+3) of row m. A warp covers 16 rows x 2 groups, so that its stores to As are conflict free.
 __device__ __forceinline__ int a_row(int e) { return e % 16 + 16 * (e / (4 * BK)); }
 __device__ __forceinline__ int a_col(int e) { return 4 * ((e / 16) % (BK / 4)); }
 // Whether group e exists (always, when the groups split evenly over the threads).
 __device__ __forceinline__ bool a_group(int e) { return AV % NUM_THREADS == 0 || e < AV; }
 
-// The scalar path: load this thread's groups of the A tile at (rowBase, k0)
-// into registers; zeros at k >= kEnd and outside the matrix. Plain loads, kept
-// in L1 (the float4 path's __ldcg is not): a warp's four loads of a group read
-// the same sectors, and the second to the fourth find them there (on an H100
-// the scalar path ran 4-6% faster so).
-__device__ __forceinline__ void load_a(int M, int K, int kEnd, const float* A, int rowBase, int k0,
-                                       float4 (&ra)[LA4])
-{
-#pragma unroll
-    for (int r = 0; r < LA4; ++r) {
-        const int e = threadIdx.x + r * NUM_THREADS;
-        const int gr = rowBase + a_row(e), gc = k0 + a_col(e);
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (a_group(e) && gr < M) {
-            const float* p = &A[gr * K + gc];
-            if (gc < kEnd) v.x = p[0];
-            if (gc + 1 < kEnd) v.y = p[1];
-            if (gc + 2 < kEnd) v.z = p[2];
-            if (gc + 3 < kEnd) v.w = p[3];
-        }
-        ra[r] = v;
-    }
-}
-
-// Store the groups into As, transposed: As[k][m]. Rows of As are 4 (mod 32)
+// Store the float4 path's groups into As, transposed: As[k][m]. Rows of As are 4 (mod 32)
 // banks apart, so each of the four stores of a warp hits 32 different banks.
 __device__ __forceinline__ void store_a(const float4 (&ra)[LA4], float (*As)[AS_STRIDE])
 {
@@ -163,6 +141,47 @@ __device__ __forceinline__ void store_a(const float4 (&ra)[LA4], float (*As)[AS_
             As[k + 2][m] = ra[r].z;
             As[k + 3][m] = ra[r].w;
         }
+    }
+}
+
+// The scalar path lays its groups out the other way: group e is 4 consecutive
+// rows (from 4 * (e / BK)) at one k (e % BK). A warp's load then reads BK
+// consecutive floats of each of its rows (whole sectors, not 16 rows x 2
+// groups), and a group goes into As as one float4, As[k][m .. m+3] (on an
+// H100, 4097^3 ran at 0.863 of cuBLAS so, 0.849 with the float4 path's layout).
+__device__ __forceinline__ int a_rows(int e) { return 4 * (e / BK); }
+
+// The scalar path: load this thread's groups of the A tile at (rowBase, k0)
+// into registers; zeros at k >= kEnd and outside the matrix.
+__device__ __forceinline__ void load_a(int M, int K, int kEnd, const float* A, int rowBase, int k0,
+                                       float4 (&ra)[LA4])
+{
+#pragma unroll
+    for (int r = 0; r < LA4; ++r) {
+        const int e = threadIdx.x + r * NUM_THREADS;
+        const int gr = rowBase + a_rows(e), gc = k0 + e % BK;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (a_group(e) && gc < kEnd) {
+            const float* p = &A[gr * K + gc];
+            if (gr < M) v.x = p[0];
+            if (gr + 1 < M) v.y = p[K];
+            if (gr + 2 < M) v.z = p[2 * K];
+            if (gr + 3 < M) v.w = p[3 * K];
+        }
+        ra[r] = v;
+    }
+}
+
+// Store the scalar path's groups, a float4 each. The 8 threads of a quarter-warp
+// hold 8 different k of the same rows, in rows of As 4 (mod 32) banks apart:
+// 32 different banks.
+__device__ __forceinline__ void store_a_rows(const float4 (&ra)[LA4], float (*As)[AS_STRIDE])
+{
+#pragma unroll
+    for (int r = 0; r < LA4; ++r) {
+        const int e = threadIdx.x + r * NUM_THREADS;
+        if (a_group(e))
+            *reinterpret_cast<float4*>(&As[e % BK][a_rows(e)]) = ra[r];
     }
 }
 
@@ -341,12 +360,12 @@ __device__ __forceinline__ void main_loop(int M, int N, int K, int kBegin, int k
         else __pipeline_commit();
     }
     load_a(M, K, kEnd, A, rowBase, kBegin, ra);
-    store_a(ra, As[0]);
+    store_a_rows(ra, As[0]);
     if (1 < tiles) load_a(M, K, kEnd, A, rowBase, kBegin + BK, ra);
     for (int t = 0; t < tiles; ++t) {
         __pipeline_wait_prior(STAGES - 2);
         __syncthreads();
-        if (t + 1 < tiles) store_a(ra, As[(t + 1) % STAGES]);
+        if (t + 1 < tiles) store_a_rows(ra, As[(t + 1) % STAGES]);
         const int next = t + STAGES - 1;
         if (next < tiles) copy_b(N, kEnd, B, colBase, kBegin + next * BK, Bs[next % STAGES]);
         else __pipeline_commit();

@@ -121,14 +121,16 @@ __device__ __forceinline__ void copy_b(int N, int kEnd, const float* B, int colB
 }
 
 // Where group e of the A tile lies on the float4 path: 4 consecutive k
-// (k .. k+3) of row m. A warp covers 16 rows x 2 groups, so that its stores to As are conflict free.
+// (k .. k+3) of row m. A warp covers 16 rows x 2 groups, so that its stores
+// to As are conflict free.
 __device__ __forceinline__ int a_row(int e) { return e % 16 + 16 * (e / (4 * BK)); }
 __device__ __forceinline__ int a_col(int e) { return 4 * ((e / 16) % (BK / 4)); }
 // Whether group e exists (always, when the groups split evenly over the threads).
 __device__ __forceinline__ bool a_group(int e) { return AV % NUM_THREADS == 0 || e < AV; }
 
-// Store the float4 path's groups into As, transposed: As[k][m]. Rows of As are 4 (mod 32)
-// banks apart, so each of the four stores of a warp hits 32 different banks.
+// Store the float4 path's groups into As, transposed: As[k][m]. Rows of As
+// are 4 (mod 32) banks apart, so each of the four stores of a warp hits 32
+// different banks.
 __device__ __forceinline__ void store_a(const float4 (&ra)[LA4], float (*As)[AS_STRIDE])
 {
 #pragma unroll

@@ -163,6 +163,12 @@ def split_slices(K: int, tiles: int, d) -> int:
     return min(counts, key=lambda s: split_cost(tiles, s, k_tiles, slots, int(d["STAGES"])))
 
 
+def split_defines(config: dict, sms: int | None = None) -> dict:
+    """The split-K build of a configuration with the launch settings split_slices reads: at most MAX_SPLIT
+    slices, the count the wave model picks on `sms` SMs (None: the most the workspace allows)."""
+    return {**config, "SPLITK_WORKSPACE": SPLITK_WORKSPACE, "SPLIT_K": MAX_SPLIT, **({"SMS": sms} if sms else {})}
+
+
 # The wave model's costs, in the time of one BK-tile of a block's main loop: from the middle of the range
 # of values with which it picks a split within 2% of the fastest at every shape measured of at least 512 in
 # one dimension (the H200's configurations at every split on an H100, whose 132 SMs and SASS are the H200's:
@@ -244,8 +250,7 @@ def autotuned_for(M: int, N: int, K: int, gpu_name: str | None = None, path: Pat
     cls = shape_class(M, N, K)
     defines = tuned_config(gpu_name, path, cls)
     device = devices.known(gpu_name) if gpu_name else None
-    split_build = {**defines, "SPLITK_WORKSPACE": SPLITK_WORKSPACE, "SPLIT_K": MAX_SPLIT,
-                   "SMS": device.sm_count if device else devices.multiprocessor_count()}
+    split_build = split_defines(defines, device.sm_count if device else devices.multiprocessor_count())
     if _warptile(M, N, K, split_build).grid[2] > 1:
         defines = split_build
     return replace(stage("autotuned"), defines=defines, title=f"{stage('autotuned').title} (class {cls})")

@@ -10,8 +10,9 @@ mapping, shared memory and registers for MIN_BLOCKS blocks per SM (the limits
 read from the device), and bank conflicts of every shared-memory access
 pattern (the addresses modelled here exactly as the kernel makes them, the bank
 rule the emulator's: grader.emulator.analysis.bank_wavefronts). Each valid
-configuration is compiled twice, as the autotuned stage builds it without and
-with split-K (-DSPLITK_WORKSPACE), and timed at each class's shape (CLASS_SHAPES) by
+configuration is compiled as the autotuned stage builds it for its launch at
+each class's shape: without split-K, or with it (-DSPLITK_WORKSPACE) where the
+launch cuts K into slices; and timed at each class's shape (CLASS_SHAPES) by
 grader.kernels.timing.time_kernel, like every published figure (median of --repeats >=
 20 runs, L2 flushed before each), cut into as many slices of K as the stage's
 launch cuts for it there (the wave model, launch_split). Per class, the fastest
@@ -36,8 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from grader.kernels import sgemm, stages, timing
-from grader.kernels.stages import MAX_SPLIT, SPLITK_WORKSPACE, cdiv, split_slices
 from grader.kernels.stages import WARPTILE_PARAMS as PARAMS
+from grader.kernels.stages import cdiv, split_slices
 from grader.kernels.warptile_tuner import describe
 from grader.platform.backend import current as current_backend
 from grader.references.autotune_rules import violations
@@ -133,7 +134,7 @@ def launch_split(shape: tuple[int, int, int], c: dict, sms: int) -> int:
     (the wave model, stages.split_slices): what c is timed with, as it would run."""
     M, N, K = shape
     tiles = cdiv(M, c["BM"]) * cdiv(N, c["BN"])
-    return split_slices(K, tiles, {**c, "SPLIT_K": MAX_SPLIT, "SPLITK_WORKSPACE": SPLITK_WORKSPACE, "SMS": sms})
+    return split_slices(K, tiles, stages.split_defines(c, sms))
 
 
 def parse_shape(text: str) -> tuple[int, int, int]:
@@ -184,25 +185,27 @@ def main(argv: list[str] | None = None) -> int:
     repeats = max(args.repeats, timing.MIN_REPEAT)
     rng = np.random.default_rng(0)
 
+    # Each candidate only in the builds its launches at the classes' shapes use (split 1: the plain one).
+    shapes = [args.shape or CLASS_SHAPES[cls] for cls in classes]
+    work = [(b, i) for i, c in enumerate(cands) for b in sorted({launch_split(s, c, sms) > 1 for s in shapes})]
     t0 = time.time()
-    work = [(st, c) for st in builds for c in cands]
-    cubins = precompile(work, max(args.jobs, 1)) if not emulated else [None] * len(work)
+    cubins = precompile([(builds[b], cands[i]) for b, i in work], max(args.jobs, 1)) if not emulated \
+        else [None] * len(work)
     if not emulated:
         print(f"compiled {len(work)} builds with {args.jobs} jobs in {time.time() - t0:.0f} s")
-    functions, modules = [], []      # functions[b][i]: candidate i in build b, None when it failed
-    for n, ((st, cfg), cubin) in enumerate(zip(work, cubins)):
-        if n % len(cands) == 0:
-            functions.append([])
+    functions = [[None] * len(cands) for _ in builds]    # functions[b][i]: candidate i in build b (None: not built)
+    modules = []
+    for (b, i), cubin in zip(work, cubins):
+        st, cfg = builds[b], cands[i]
         try:
             if cubin is None:
-                functions[-1].append(sgemm.compile_kernel(st, defines=cfg))
+                functions[b][i] = sgemm.compile_kernel(st, defines=cfg)
             else:
                 modules.append(drv.module_from_buffer(_raise_if_error(cubin)))  # kept alive
-                functions[-1].append(modules[-1].get_function(st.kernel))
+                functions[b][i] = modules[-1].get_function(st.kernel)
         except drv.Error as e:  # compile and load errors: recorded, not fatal
             print(f"  failed: {describe(cfg)} {' '.join(st.options())}: compile: "
                   f"{str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}")
-            functions[-1].append(None)
 
     report = {"gpu": gpu, "backend": str(BACKEND), "repeats": repeats, "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
               "classes": {}}

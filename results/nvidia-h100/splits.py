@@ -24,6 +24,7 @@ from grader.kernels.stages import (
     autotuned_for,
     cdiv,
     shape_class,
+    split_defines,
     split_slices,
     stage,
     tuned_config,
@@ -61,11 +62,10 @@ for M, N, K in shapes:
     for cls in [c for c in args.configs.split(",") if c] or [own]:
         cfg = tuned_config(GPU, shape_class=cls)
         tiles = cdiv(M, cfg["BM"]) * cdiv(N, cfg["BN"])
-        split_build = {**cfg, "SPLITK_WORKSPACE": SPLITK_WORKSPACE}
-        picked = split_slices(K, tiles, {**split_build, "SPLIT_K": MAX_SPLIT, "SMS": sms})
-        made = sorted({split_slices(K, tiles, {**split_build, "SPLIT_K": s}) for s in SPLITS})
+        picked = split_slices(K, tiles, split_defines(cfg, sms))
+        made = sorted({split_slices(K, tiles, {**split_defines(cfg), "SPLIT_K": s}) for s in SPLITS})
         for s in made:
-            d = {**split_build, "SPLIT_K": s} if s > 1 else cfg
+            d = {**split_defines(cfg), "SPLIT_K": s} if s > 1 else cfg
             launch = replace(autotuned, defines=d).launch(M, N, K)
             kernels.append((function(cls, s > 1), launch))
             labels.append({"shape": [M, N, K], "class": own, "config": cls, "split": s, "picked": s == picked,

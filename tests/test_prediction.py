@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from grader.kernels import prediction
@@ -84,6 +85,19 @@ def test_a_prediction_names_its_limit_and_interval(predicted):
     text = predicted["vectorized"].describe()
     assert text.startswith("predicted on an H200: about ") and "x cuBLAS), likely " in text
     assert "warp" not in text and predicted["vectorized"].few_warps_overprediction is None
+
+
+def test_the_interval_holds_the_middle_eight_tenths_of_the_fitted_kernels():
+    """A prediction's "likely low-high": of the kernels the model was fitted to (results/nvidia-h200/
+    prediction.md, predicted against measured), a tenth ran slower than their low end and a tenth faster
+    than their high end."""
+    lo, hi = prediction.calibration(H200)["spread"]
+    fitted = [row.split("|") for row in (REPO / "results/nvidia-h200/prediction.md").read_text().splitlines()
+              if row.count("|") == 8 and row.split("|")[3].strip() == "fitted"]
+    measured, predicted = (np.array([float(r[i]) for r in fitted]) for i in (4, 5))
+    assert len(fitted) > 200
+    assert np.mean(measured < predicted * np.exp(lo)) == pytest.approx(0.1, abs=0.02)
+    assert np.mean(measured > predicted * np.exp(hi)) == pytest.approx(0.1, abs=0.02)
 
 
 def test_a_kernel_with_few_warps_per_scheduler_is_told_how_far_such_were_off():

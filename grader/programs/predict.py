@@ -215,9 +215,11 @@ def calibrate(results: Path, jobs: int, gpu: str = "NVIDIA H200") -> int:
     fitted = [r for r in rows if r["fitted"]]
     held = [r for r in rows if not r["fitted"]]
     constants = _fit(fitted, device)
-    fit_err = -_errors(fitted, device, constants)          # log(measured / predicted) GFLOPS
+    fit_err = -_errors(fitted, device, constants)          # log(predicted / measured) GFLOPS
     held_err = -_errors(held, device, constants)
-    spread = [float(np.quantile(fit_err, 0.1)), float(np.quantile(fit_err, 0.9))]
+    # a prediction's interval: where the fitted kernels' measured GFLOPS fell, log(measured / predicted), 10th
+    # and 90th percentiles
+    spread = [float(np.quantile(-fit_err, 0.1)), float(np.quantile(-fit_err, 0.9))]
     cublas = {}
     for r in rows:                  # bench.json's figure where it has the shape
         cublas.setdefault(f"{r['M']}x{r['N']}x{r['K']}", r["cublas"])

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,22 @@ def test_counts_per_fma_do_not_depend_on_the_size():
         assert getattr(big, field) > 0, field
     assert big.store_sectors / (4096 * 4096) == pytest.approx(other.store_sectors / (2048 * 1024))
     assert (big.blocks, other.blocks) == (32 * 32, 8 * 16) and big.threads == 256
+
+
+def test_the_bytes_copied_asynchronously_are_counted_and_their_barriers_cost_nothing():
+    """The warptiling kernel copies B's tiles by cp.async and loads A's through registers: two thirds of
+    its bytes at 128 x 256 tiles; the vectorized stage copies none. A barrier waits for the synchronous
+    loads before it: the model charges barriers for that share of the bytes only."""
+    shares = {sid: prediction.count(stage(sid), emulated(stage(sid)), 1024, 1024, 1024)
+              for sid in ("vectorized", "warptiling")}
+    bm, bn = stage("warptiling").block_tile()
+    assert (bm, bn) == (128, 256)
+    assert shares["warptiling"].async_share == pytest.approx(bn / (bm + bn))
+    assert shares["vectorized"].async_share == 0
+    constants = {"l1": 1.0, "uncoalesced": 1.0, "barriers": 1.0, "latency": 0.0, "scale": 1.0}
+    c = shares["warptiling"]
+    assert prediction.cycles(c, H200, constants)["barriers"] == pytest.approx(
+        prediction.cycles(replace(c, async_share=0.0), H200, constants)["barriers"] * bm / (bm + bn))
 
 
 def test_a_wrong_kernel_is_not_predicted():

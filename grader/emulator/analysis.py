@@ -244,6 +244,7 @@ class Report:
     launches: int = 0
     global_dropped: int = 0  # global accesses left out of the counts (a block past the runtime's request limit)
     barriers: int = 0        # __syncthreads() a whole block passed, summed over blocks and launches
+    async_bytes: int = 0     # global bytes read by asynchronous copies (cp.async), of those the loads read
 
     @property
     def conflicts_ld(self) -> int:
@@ -468,6 +469,8 @@ def collect(loaded, kernel_name: str, block_dims, buffer_names: list[str],
     report.global_dropped = int(rt.emu_analysis_global_dropped())
     rt.emu_analysis_barriers.restype = ctypes.c_ulonglong
     report.barriers += int(rt.emu_analysis_barriers())
+    rt.emu_analysis_async_bytes.restype = ctypes.c_ulonglong
+    report.async_bytes += int(rt.emu_analysis_async_bytes())
     n = rt.emu_analysis_races(None, 0)
     races = (_Race * n)()
     rt.emu_analysis_races(races, n)

@@ -5,7 +5,8 @@ timed launch: C of SAMPLE x SAMPLE (or one block tile, when larger), K of
 SAMPLE, the same build, tiles and threads. It counts what decides an SGEMM
 kernel's speed as Nsight Compute counts it: shared-memory wavefronts,
 global-memory sectors (and those beyond what coalesced requests would need),
-barriers. A tiled kernel's counts per FMA hardly change with the size, so
+barriers, and the share of the loaded bytes that asynchronous copies (cp.async)
+read. A tiled kernel's counts per FMA hardly change with the size, so
 they are scaled to the timed launch (loads, shared memory and barriers with
 M N K, stores with M N).
 
@@ -13,7 +14,9 @@ A model of the busiest SM turns the counts into cycles, round by round of
 the blocks it holds at once: each resource's work at its throughput (the FMA
 lanes of the schedulers that hold a warp, shared-memory wavefronts, L1
 sectors, the sectors uncoalesced requests add), one block's barrier latency
-(the other blocks held hide the rest), and the stalls that too few warps per
+(the other blocks held hide the rest; a barrier waits for the loads made
+before it, not for the asynchronous copies a pipelined kernel issued a stage
+earlier), and the stalls that too few warps per
 scheduler leave unhidden. The parts are summed and scaled: they overlap, but
 no kernel here overlaps them fully, and a sum fits the H200's times better
 than a maximum or any power mean between. The throughputs nobody publishes
@@ -67,6 +70,7 @@ class Counts:
     store_sectors: float
     store_excess_sectors: float
     barriers: float              # __syncthreads() passed by whole blocks
+    async_share: float = 0.0     # of the bytes global loads read, the share asynchronous copies (cp.async) read
 
     @property
     def fmas(self) -> int:
@@ -135,7 +139,8 @@ def sampled(stage: Stage, function, m: int, n: int, k: int, defines: dict | None
                   shared_wavefronts=sum(s.wavefronts for s in report.bank_conflicts),
                   load_sectors=sum(g.sectors for g in loads), load_excess_sectors=sum(g.excess for g in loads),
                   store_sectors=sum(g.sectors for g in stores), store_excess_sectors=sum(g.excess for g in stores),
-                  barriers=report.barriers)
+                  barriers=report.barriers,
+                  async_share=min(1.0, report.async_bytes / max(1, sum(g.bytes for g in loads))))
 
 
 def scaled(c: Counts, stage: Stage, M: int, N: int, K: int, defines: dict | None = None) -> Counts:
@@ -180,7 +185,9 @@ def cycles(c: Counts, device: Device, constants: dict) -> dict[str, float]:
         "shared": c.shared_wavefronts / WAVEFRONTS_PER_SM_CYCLE,
         "l1": (c.load_sectors + c.store_sectors) / constants["l1"],
         "uncoalesced": (c.load_excess_sectors + c.store_excess_sectors) / constants["uncoalesced"],
-        "barriers": c.barriers * constants["barriers"],
+        # a barrier waits for the loads its threads made since the last one, not for asynchronous copies,
+        # which a pipelined kernel issued a stage or more earlier
+        "barriers": c.barriers * constants["barriers"] * (1 - c.async_share),
     }
     one = {k: v / c.blocks for k, v in one.items()}
     parts = dict.fromkeys([*one, "latency"], 0.0)

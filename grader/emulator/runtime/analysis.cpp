@@ -58,6 +58,7 @@ static std::map<std::pair<uintptr_t, int>, EmuGlobalStats> global_sites;
 static const size_t kMaxGlobalRequests = size_t(1) << 18;
 static unsigned long long global_dropped;  // accesses not counted, since the analysis was enabled
 static unsigned long long barriers;        // __syncthreads() releases of whole blocks, since then
+static unsigned long long async_bytes;     // global bytes read by cp.async copies (cuda_pipeline_primitives.h), since then
 
 struct Shadow {
     unsigned write_epoch, write_wepoch, read_epoch, read_wepoch;
@@ -638,6 +639,7 @@ extern "C" void emu_analysis_enable(int on) {
     emu::analysis::global_sites.clear();
     emu::analysis::global_dropped = 0;
     emu::analysis::barriers = 0;
+    emu::analysis::async_bytes = 0;
     emu::analysis::races.clear();
     emu::analysis::findings.clear();
 }
@@ -658,6 +660,14 @@ extern "C" unsigned long long emu_analysis_global_dropped(void) { return emu::an
 
 extern "C" unsigned long long emu_analysis_barriers(void) { return emu::analysis::barriers; }
 
+extern "C" unsigned long long emu_analysis_async_bytes(void) { return emu::analysis::async_bytes; }
+
+// A kernel's cp.async copy read `bytes` of global memory (include/cuda_pipeline_primitives.h, at the wait
+// that completes it).
+extern "C" void __emu_async_copied(unsigned bytes) {
+    if (emu::analysis::active) emu::analysis::async_bytes += bytes;
+}
+
 extern "C" size_t emu_analysis_races(EmuRace* out, size_t cap) {
     size_t n = 0;
     for (auto& kv : emu::analysis::races) if (n < cap) out[n++] = kv.second;
@@ -672,6 +682,7 @@ extern "C" size_t emu_analysis_findings(EmuFinding* out, size_t cap) {
 
 extern "C" void emu_analysis_clear(void) {
     emu::analysis::barriers = 0;
+    emu::analysis::async_bytes = 0;
     emu::analysis::sites.clear();
     emu::analysis::global_sites.clear();
     emu::analysis::races.clear();

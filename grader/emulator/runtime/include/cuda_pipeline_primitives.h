@@ -41,8 +41,11 @@ static __forceinline__ void __emu_async_move(void* dst, const void* src, bool ze
     *static_cast<T*>(dst) = zero ? T{} : *static_cast<const T*>(src);
 }
 
+extern "C" void __emu_async_copied(unsigned int bytes);   // counted by the analysis (the speed model)
+
 static __forceinline__ void __emu_async_complete(const __EmuAsyncCopy& c)
 {
+    if (c.zfill < c.size) __emu_async_copied(c.size - c.zfill);
     if (c.zfill == 0 || c.zfill == c.size) {     // whole-width accesses, as the hardware makes them
         const bool zero = c.zfill != 0;
         switch (c.size) {

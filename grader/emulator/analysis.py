@@ -244,7 +244,7 @@ class Report:
     launches: int = 0
     global_dropped: int = 0  # global accesses left out of the counts (a block past the runtime's request limit)
     barriers: int = 0        # __syncthreads() a whole block passed, summed over blocks and launches
-    async_bytes: int = 0     # global bytes read by asynchronous copies (cp.async), of those the loads read
+    async_bytes: int = 0     # global bytes asynchronous copies (cp.async) read, also counted in the loads'
 
     @property
     def conflicts_ld(self) -> int:

@@ -58,7 +58,7 @@ static std::map<std::pair<uintptr_t, int>, EmuGlobalStats> global_sites;
 static const size_t kMaxGlobalRequests = size_t(1) << 18;
 static unsigned long long global_dropped;  // accesses not counted, since the analysis was enabled
 static unsigned long long barriers;        // __syncthreads() releases of whole blocks, since then
-static unsigned long long async_bytes;     // global bytes read by cp.async copies (cuda_pipeline_primitives.h), since then
+static unsigned long long async_bytes;     // global bytes cp.async copies read, since then
 
 struct Shadow {
     unsigned write_epoch, write_wepoch, read_epoch, read_wepoch;

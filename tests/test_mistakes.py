@@ -114,6 +114,9 @@ EDITS = {
                                                       "    for (int k = 0; k < 8; ++k) {")),
     "06/lane_layout_literal.cu": (SOLUTIONS / "warptiling.cu", (
         "const int laneRow = lane / LC, laneCol = lane % LC;", "const int laneRow = lane / 8, laneCol = lane % 8;")),
+    "06/fragments_not_read.cu": (SOLUTIONS / "warptiling.cu", (
+        "*reinterpret_cast<const float4*>(&As[k][aOff + wm * WSUBM + i]);", "make_float4(0.0f, 0.0f, 0.0f, 0.0f);"), (
+        "*reinterpret_cast<const float4*>(&Bs[k][bOff + wn * WSUBN + j]);", "make_float4(0.0f, 0.0f, 0.0f, 0.0f);")),
     "06/no_fragment_reload.cu": (SOLUTIONS / "warptiling.cu", (
         "        if (k > 0) load_fragments(As, Bs, k, aOff, bOff, regA, regB);\n", "")),
 }
@@ -275,6 +278,8 @@ CASES = [
             never=("ended without a wait",)),
     Mistake("09/refilled_before_released.cu", "warp-specialized", "tensor-gemm-races", FAILED,
             said_once=("a stage the producer refilled before its consumers released it?",)),
+    Mistake("06/fragments_not_read.cu", "warptiling", "bank-conflicts-configs", FAILED,
+            said_once=("bank conflicts are graded on a kernel whose tiles of A and B go through shared memory",)),
     Mistake("06/no_fragment_reload.cu", "warptiling", "bank-conflicts-configs", FAILED,
             never=("written as a number", "belongs")),
     Mistake("06/bk_literal.cu", "warptiling", "bank-conflicts-configs", FAILED,

@@ -242,7 +242,7 @@ def judge(outputs: Outputs, seed: int, ctx: Context) -> CheckResult:
             html = html or picture
         else:
             passed.append(d)
-    lines = _once(lines, COUNTED_AS)
+    lines = _once(_once(lines, COUNTED_AS), analysed_launch.NOT_TILED_WHY)
     own = _defines(dict(stage.defines))
     if ok_all:
         head = (f"correct and free of bank conflicts with {len(configs(stage))} other tile configurations too "

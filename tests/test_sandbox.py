@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -164,7 +165,7 @@ def test_device_code_that_starts_a_process_is_stopped_and_reported(tmp_path):
             "exercise.check('correctness').collect(sys.argv[1], 1, Context('naive', exercise.stage))\n"
             "print('not stopped')\n")
     p = subprocess.run([sys.executable, "-c", code, FORKING_KERNEL], capture_output=True, text=True, cwd=REPO,
-                       timeout=600, env=dict(os.environ, GRADER_BACKEND="emulator"))
+                       timeout=600, env=dict(os.environ, GRADER_BACKEND="emulator", TMPDIR=str(tmp_path)))
     assert p.returncode == -signal.SIGSYS and "not stopped" not in p.stdout, (p.returncode, p.stdout, p.stderr[-3000:])
     result = isolation._outcome("correctness", "", isolation.STARTED, "", -signal.SIGSYS, False, 60)
     assert result.status == FAILED and result.points == 0 and "system call" in result.message
@@ -229,7 +230,7 @@ def test_the_autograde_kernel_sees_no_answer_and_writes_nowhere(tmp_path):
 
 def test_a_kernel_that_never_answers_is_started_again(tmp_path, monkeypatch):
     """A kernel that never answers its first message (its ports taken by another process before it bound
-    them) costs the run one more start, not the notebook's outputs."""
+    them) costs the run one more start, not the notebook's outputs; neither start leaves its private folder."""
     pytest.importorskip("nbgrader")
     import nbformat
     from traitlets.config import Config
@@ -244,12 +245,16 @@ def test_a_kernel_that_never_answers_is_started_again(tmp_path, monkeypatch):
         return ([sys.executable, "-c", "raise SystemExit(1)"] if len(starts) == 1 else cmd), kw
 
     monkeypatch.setattr(sandboxed_execute.SandboxedKernelManager, "_async_pre_start_kernel", first_exits)
+    made, mkdtemp = [], tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **kw: made.append(mkdtemp(*a, **kw)) or made[-1])
     c = Config()
     c.CourseDirectory.root = str(tmp_path / "course")
     (tmp_path / "work").mkdir()
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")])
     nb, _ = sandboxed_execute.SandboxedExecute(config=c).preprocess(nb, {"metadata": {"path": str(tmp_path / "work")}})
     assert len(starts) == 2 and nb.cells[0].outputs[0]["text"] == "42\n", nb.cells[0].outputs
+    kernels = [folder for folder in made if os.path.basename(folder).startswith("grader-kernel-")]
+    assert len(kernels) == 2 and not any(os.path.exists(folder) for folder in kernels), made
 
 def test_a_student_function_finds_no_answer_to_put_in_its_feedback():
     """A host function whose exception carries whatever it can read of the solutions and the source notebooks

@@ -99,6 +99,10 @@ class SandboxedKernelManager(AsyncKernelManager):
         if getattr(self, "_private", None) and not restart:
             shutil.rmtree(self._private, ignore_errors=True)
 
+    # nbclient cleans up a kernel that died before answering with cleanup_resources, which
+    # AsyncKernelManager binds to KernelManager's own coroutine, not to the override above
+    cleanup_resources = _async_cleanup_resources
+
 
 class SandboxedExecute(Execute):
     """nbgrader's Execute in a SandboxedKernelManager kernel. A kernel that

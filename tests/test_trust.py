@@ -62,6 +62,25 @@ def test_a_build_copied_over_another_is_rebuilt_not_loaded():
 
 
 @emulator_only
+def test_a_forked_process_copies_what_it_loads_into_a_folder_of_its_own():
+    """Children forked from a process that has loaded a build (a process pool's workers) copy a library
+    into their own folders: two of them writing the same one into the parent's folder rewrote a file the
+    other had loaded, and it crashed."""
+    parents = build.build_module(STUB).library.parent.parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, str(build.build_module(STUB + "// a build the parent has not loaded\n").library).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    childs = Path(os.read(read, 4096).decode()).parent.parent
+    os.waitpid(pid, 0)
+    assert childs.name.startswith("grader-loaded-") and childs != parents
+
+
+@emulator_only
 @pytest.mark.parametrize("forge_key", [False, True])
 def test_a_poisoned_shared_cache_earns_no_points(forge_key):
     """The build-cache attack: a cell plants the reference's build under the

@@ -168,6 +168,22 @@ _loaded_dir: str | None = None
 _private: dict[str, Path] = {}
 
 
+def _forget_private_copies() -> None:
+    """In a forked child: its parent's folder is not its own. Writing the same library there would
+    rewrite a file that the parent, or a sibling process, has loaded."""
+    global _loaded_dir
+    _loaded_dir = None
+    _private.clear()
+
+
+os.register_at_fork(after_in_child=_forget_private_copies)
+
+
+def _remove_folder(folder: str, owner: int) -> None:
+    if os.getpid() == owner:        # a forked child inherits the handler, not the folder
+        shutil.rmtree(folder, True)     # unlinking a loaded library is safe
+
+
 def _private_copy(data: bytes, name: str) -> Path:
     """The verified bytes in a file of this process's own, which is what gets
     loaded: a cache entry rewritten later (or between verification and
@@ -179,7 +195,7 @@ def _private_copy(data: bytes, name: str) -> Path:
         return path
     if _loaded_dir is None or not os.path.isdir(_loaded_dir):
         _loaded_dir = tempfile.mkdtemp(prefix="grader-loaded-")
-        atexit.register(shutil.rmtree, _loaded_dir, True)     # unlinking a loaded library is safe
+        atexit.register(_remove_folder, _loaded_dir, os.getpid())
     folder = Path(_loaded_dir, digest[:24])
     folder.mkdir(exist_ok=True)
     path = folder / name

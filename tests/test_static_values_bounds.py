@@ -35,9 +35,9 @@ TOO_LARGE = [
 
 @pytest.mark.parametrize("expr, why", TOO_LARGE)
 def test_a_value_past_the_bounds_is_too_large_to_grade(expr, why):
-    start = time.process_time()   # this process's CPU time: a busy machine does not inflate it
+    start = time.thread_time()   # this thread's CPU time: neither a busy machine nor another thread inflates it
     values = sv.read_values([f"X = {expr}\nY = 42\n"])
-    assert time.process_time() - start < 2, expr
+    assert time.thread_time() - start < 2, expr
     assert "X" not in values.values and values.values["Y"] == 42
     reason = values.unknown["X"]
     assert reason.startswith("the value of X is too large to grade from the text"), reason
@@ -80,9 +80,9 @@ def test_a_kernel_source_built_with_format_is_read():
 def test_cells_past_the_bounds_are_not_parsed_and_say_why():
     huge = "BIG = '" + "a" * (sv.MAX_CELL + 10) + "'\n"
     tokens = "MANY = [" + "1," * (sv.MAX_CELL_PARTS + 10) + "]\n"
-    start = time.process_time()
+    start = time.thread_time()
     values = sv.read_values([huge, tokens, "SMALL = 'kernel'\n"])
-    assert time.process_time() - start < 5
+    assert time.thread_time() - start < 5
     assert values.values == {"SMALL": "kernel"}
     for name in ("BIG", "MANY"):
         assert values.unknown[name].startswith(f"the value of {name} is too large to grade from the text (cell ")
@@ -95,9 +95,9 @@ def test_many_large_literal_cells_are_read_in_seconds_and_bounded_memory():
     """Fifty cells of 2 MB of literals (100 MB in all; the red team's notebook held 200 MB)."""
     cells = [f"X{i} = '" + chr(97 + i % 26) * 2_000_000 + "'\n" for i in range(50)] + ["K = 'kernel'\n"]
     tracemalloc.start()
-    start = time.process_time()
+    start = time.thread_time()
     values = sv.read_values(cells)
-    elapsed = time.process_time() - start
+    elapsed = time.thread_time() - start
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert values.values["K"] == "kernel" and "too large" in values.unknown["X7"]

@@ -64,9 +64,9 @@ def test_a_build_copied_over_another_is_rebuilt_not_loaded():
 @emulator_only
 def test_a_forked_process_copies_what_it_loads_into_a_folder_of_its_own(tmp_path):
     """Children forked from a process that has loaded a build (a process pool's workers) copy a library
-    into their own folders: two of them writing the same one into the parent's folder rewrote a file the
-    other had loaded, and it crashed. (In a process of its own: this one may hold threads, which fork
-    does not copy.)"""
+    into folders of their own inside the parent's, which the parent removes as it ends: two of them
+    writing the same one into the parent's own folder rewrote a file the other had loaded, and it
+    crashed. (In a process of its own: this one may hold threads, which fork does not copy.)"""
     code = ("import os\nfrom grader.emulator import build\n"
             f"stub = {STUB!r}\n"
             "print(build.build_module(stub).library.parent.parent, flush=True)\n"
@@ -77,7 +77,8 @@ def test_a_forked_process_copies_what_it_loads_into_a_folder_of_its_own(tmp_path
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300,
                        env=dict(os.environ, GRADER_BACKEND="emulator", TMPDIR=str(tmp_path)))
     parents, childs = p.stdout.split()
-    assert Path(childs).name.startswith("grader-loaded-") and childs != parents, p.stdout + p.stderr
+    assert Path(childs).parent == Path(parents) and Path(parents).name.startswith("grader-loaded-"), p.stdout
+    assert not Path(parents).exists(), p.stderr
 
 
 @emulator_only

@@ -169,10 +169,12 @@ _private: dict[str, Path] = {}
 
 
 def _forget_private_copies() -> None:
-    """In a forked child: its parent's folder is not its own. Writing the same library there would
-    rewrite a file that the parent, or a sibling process, has loaded."""
+    """In a forked child (a process pool's worker): its copies go to a folder inside its parent's, which
+    goes with the parent's; written into the parent's own, a library would rewrite the file that the
+    parent, or a sibling, has loaded."""
     global _loaded_dir
-    _loaded_dir = None
+    if _loaded_dir is not None:
+        _loaded_dir = os.path.join(_loaded_dir, f"child-{os.getpid()}")
     _private.clear()
 
 
@@ -193,6 +195,9 @@ def _private_copy(data: bytes, name: str) -> Path:
     path = _private.get(digest)
     if path is not None and path.exists():
         return path
+    if _loaded_dir is not None and not os.path.isdir(_loaded_dir):
+        with contextlib.suppress(OSError):      # a forked child's, unless its parent's folder is gone
+            os.mkdir(_loaded_dir)
     if _loaded_dir is None or not os.path.isdir(_loaded_dir):
         _loaded_dir = tempfile.mkdtemp(prefix="grader-loaded-")
         atexit.register(_remove_folder, _loaded_dir, os.getpid())

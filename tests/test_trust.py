@@ -82,6 +82,29 @@ def test_a_forked_process_copies_what_it_loads_into_a_folder_of_its_own(tmp_path
 
 
 @emulator_only
+def test_the_folder_of_a_killed_process_goes_with_the_next_process_that_loads_a_build(tmp_path):
+    """A process killed after loading a build (a hanging kernel restarted) runs no exit handler: its folder
+    of private copies stays until the next process that loads a build removes it; a live process's stays."""
+    load = ("import os, sys\nfrom grader.emulator import build\n"
+            f"print(build.build_module({STUB!r}).library.parent.parent, flush=True)\n")
+    env = dict(os.environ, GRADER_BACKEND="emulator", TMPDIR=str(tmp_path))
+
+    def start(then: str) -> tuple[subprocess.Popen, Path]:
+        p = subprocess.Popen([sys.executable, "-c", load + then], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, cwd=REPO, env=env)
+        return p, Path(p.stdout.readline().strip())
+
+    killed, killed_folder = start("os.kill(os.getpid(), 9)")
+    assert killed.wait(timeout=300) == -9 and killed_folder.is_dir()
+    alive, alive_folder = start("sys.stdin.read()")
+    assert not killed_folder.exists() and alive_folder.is_dir()
+    later, later_folder = start("")
+    assert later.wait(timeout=300) == 0 and alive_folder.is_dir() and not later_folder.exists()
+    alive.communicate("", timeout=60)
+    assert alive.returncode == 0 and not alive_folder.exists()
+
+
+@emulator_only
 @pytest.mark.parametrize("forge_key", [False, True])
 def test_a_poisoned_shared_cache_earns_no_points(forge_key):
     """The build-cache attack: a cell plants the reference's build under the

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import functools
+import glob
 import hashlib
 import json
 import os
@@ -186,6 +188,39 @@ def _remove_folder(folder: str, owner: int) -> None:
         shutil.rmtree(folder, True)     # unlinking a loaded library is safe
 
 
+_OWNER = "owner.lock"       # locked by the process that made the folder, until it ends, however it ends
+_owner_fd: int | None = None
+
+
+def _new_loaded_dir() -> str:
+    """This process's folder of private copies. It first removes the folders of processes that ended
+    without removing theirs (killed: a hanging kernel restarted, a grading process past its limit), which a
+    lock no process holds any more tells apart; a forked child holds its parent's lock."""
+    global _owner_fd
+    for folder in glob.glob(os.path.join(tempfile.gettempdir(), "grader-loaded-*")):
+        _remove_if_abandoned(folder)
+    folder = tempfile.mkdtemp(prefix="grader-loaded-")
+    fd = os.open(os.path.join(folder, "new.lock"), os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(os.path.join(folder, "new.lock"), os.path.join(folder, _OWNER))     # seen by others once locked
+    _owner_fd = fd
+    return folder
+
+
+def _remove_if_abandoned(folder: str) -> None:
+    try:
+        fd = os.open(os.path.join(folder, _OWNER), os.O_RDWR)
+    except OSError:
+        return                      # not yet locked, or not this user's
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        shutil.rmtree(folder, True)
+    except OSError:
+        pass                        # its owner lives
+    finally:
+        os.close(fd)
+
+
 def _private_copy(data: bytes, name: str) -> Path:
     """The verified bytes in a file of this process's own, which is what gets
     loaded: a cache entry rewritten later (or between verification and
@@ -199,7 +234,7 @@ def _private_copy(data: bytes, name: str) -> Path:
         with contextlib.suppress(OSError):      # a forked child's, unless its parent's folder is gone
             os.mkdir(_loaded_dir)
     if _loaded_dir is None or not os.path.isdir(_loaded_dir):
-        _loaded_dir = tempfile.mkdtemp(prefix="grader-loaded-")
+        _loaded_dir = _new_loaded_dir()
         atexit.register(_remove_folder, _loaded_dir, os.getpid())
     folder = Path(_loaded_dir, digest[:24])
     folder.mkdir(exist_ok=True)

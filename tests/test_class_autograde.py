@@ -341,8 +341,11 @@ def test_failures_fake_gpus_and_a_killed_run(classes, tmp_path):
 
     # A run killed once the good submissions are merged (the hanging one is still running, maybe more):
     # they stay, nothing is left running. (A good one takes 7 to 30 s on two busy cores.)
+    killed_tmp = tmp_path / "killed-tmp"        # what the killed run cannot remove stays in the test's folder
+    killed_tmp.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "grader", "autograde", str(course), LAB, *gpus, "--timeout",
-                             "300"], cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "300"], cwd=REPO, env={**_env(), "TMPDIR": str(killed_tmp)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     ledger = course / "class-autograde" / LAB / "ledger.json"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:

@@ -189,21 +189,18 @@ def _remove_folder(folder: str, owner: int) -> None:
 
 
 _OWNER = "owner.lock"       # locked by the process that made the folder, until it ends, however it ends
-_owner_fd: int | None = None
 
 
 def _new_loaded_dir() -> str:
     """This process's folder of private copies. It first removes the folders of processes that ended
-    without removing theirs (killed: a hanging kernel restarted, a grading process past its limit), which a
-    lock no process holds any more tells apart; a forked child holds its parent's lock."""
-    global _owner_fd
+    without removing theirs (killed: a hanging notebook kernel restarted), which a lock no process holds
+    any more tells apart; a forked child holds its parent's lock."""
     for folder in glob.glob(os.path.join(tempfile.gettempdir(), "grader-loaded-*")):
         _remove_if_abandoned(folder)
     folder = tempfile.mkdtemp(prefix="grader-loaded-")
     fd = os.open(os.path.join(folder, "new.lock"), os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
+    fcntl.flock(fd, fcntl.LOCK_EX)             # fd never closed: the lock lasts as long as the process
     os.rename(os.path.join(folder, "new.lock"), os.path.join(folder, _OWNER))     # seen by others once locked
-    _owner_fd = fd
     return folder
 
 

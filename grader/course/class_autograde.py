@@ -37,6 +37,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -223,17 +224,27 @@ def run_local(run: Run, jobs: list[Job], workers: list[Slot], grade) -> None:
                 return
             finished.put((job, grade(job, slot)))
 
-    for slot in workers[:len(jobs)]:
-        threading.Thread(target=worker, args=(slot,), daemon=True).start()
+    threads = [threading.Thread(target=worker, args=(slot,), daemon=True) for slot in workers[:len(jobs)]]
+    for t in threads:
+        t.start()
+    on_main = threading.current_thread() is threading.main_thread()
+    if on_main:     # `kill` (SIGTERM; a batch job's time limit sends it too) ends the run as Ctrl-C does, below
+        on_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         for _ in jobs:
             run.merge(*finished.get())
     except BaseException:
+        class_grading.stop_attempts()        # a worker whose attempt the kill below ends must not retry it
         while not todo.empty():
             todo.get_nowait()
         for j in jobs:
             class_grading.kill_marked(j.scratch)
+        for t in threads:           # their attempts end now: what each made goes before the process does
+            t.join(timeout=60)
         raise
+    finally:
+        if on_main:
+            signal.signal(signal.SIGTERM, on_term)
 
 
 def run_slurm(run: Run, jobs: list[Job], template: Path, state: Path, args) -> None:

@@ -36,6 +36,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from grader.kernels import timing
 JOB_MARK = "GRADER_CLASS_JOB"
 STATE_FOLDER = "class-autograde"       # COURSE/class-autograde/ASSIGNMENT: scratch courses, ledger, summary
 ATTEMPTS = 2                    # a submission that crashes, hangs or kills its worker is tried once more
+INTERRUPTED = "the run was interrupted"
 LOG_TAIL = 600                  # characters of nbgrader's error line kept as a failure's reason
 EXCEPTION_LINE = re.compile(r"^[\w.]+(Error|Exception|Interrupt): ")
 
@@ -138,6 +140,14 @@ def prepare_scratch(course: Path, assignment: str, job: Job, template: Path) -> 
         (scratch / cd.source_directory).symlink_to(course / cd.source_directory, target_is_directory=True)
 
 
+_stopping = threading.Event()
+
+
+def stop_attempts() -> None:
+    """The run was interrupted: no attempt starts after this, and one starting now is killed at once."""
+    _stopping.set()
+
+
 def kill_marked(mark: str) -> None:
     """Kill every process whose environment carries GRADER_CLASS_JOB=mark."""
     import psutil  # comes with ipykernel (nbgrader)
@@ -206,6 +216,8 @@ def autograde_once(course: Path, assignment: str, job: Job, template: Path, gpu:
         proc = subprocess.Popen(command, cwd=course, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         try:
+            if _stopping.is_set():      # started as the run was interrupted, after its kill of marked processes
+                return INTERRUPTED
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = None
@@ -226,6 +238,9 @@ def autograde(course: Path, assignment: str, job: Job, template: Path, gpu: str 
     for attempt in range(1, ATTEMPTS + 1):
         reason = autograde_once(course, assignment, job, template, gpu, timeout, shared_gpu)
         if reason is None:
+            break
+        if _stopping.is_set():          # killed by the interrupt: not the submission's failure, not retried
+            reason = INTERRUPTED
             break
     ended = time.time()
     result = Result(job.student, job.key, "failed" if reason else "graded", attempt, round(ended - started, 3),

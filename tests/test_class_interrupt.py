@@ -22,6 +22,8 @@ from pathlib import Path
 from grader.course import class_autograde, class_grading
 
 log, scratch, signum = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+signal.signal(signal.SIGINT, signal.default_int_handler)    # as at a terminal; not inherited as ignored, as
+                                                            # it is under a background job's (`pytest &`)
 
 
 def attempt(course, assignment, job, template, gpu, timeout, shared_gpu=False):

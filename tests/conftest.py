@@ -1,6 +1,7 @@
 """Shared fixtures. Tests run on whichever backend `import grader` selects:
 the CPU emulator in CI, real PyCUDA on a GPU machine (GRADER_BACKEND=gpu)."""
 import functools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,6 +30,14 @@ def pytest_collection_modifyitems(items):
     running alone."""
     long_files = {item.path for item in items if any(item.get_closest_marker(m) for m in LONG)}
     items.sort(key=lambda item: item.path not in long_files)
+
+
+def warm_cache(folder: Path) -> Path:
+    """`folder` made an emulator cache that holds what every process builds first (the runtime library, its
+    precompiled header, the baseline builds; no reference's build), for a test whose subject is not a first run."""
+    from grader.grading import isolation
+    isolation.seed_cache(str(folder))
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import warm_cache
 
 import grader
 from grader.grading.checks import correctness, performance, thresholds
@@ -222,7 +223,7 @@ def test_the_reference_is_built_once_for_every_process(tmp_path):
     import os
     import subprocess
     import sys
-    env = {**os.environ, "GRADER_EMULATOR_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "GRADER_EMULATOR_CACHE": str(warm_cache(tmp_path / "cache"))}
     code = ("import sys; from grader.grading.isolation import run_check, reference_cache\n"
             "r = run_check('naive', 'correctness', sys.stdin.read(), seed=1)\n"
             "print(r.status, reference_cache())\n")

@@ -13,6 +13,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+from conftest import warm_cache
 
 from grader.course.student import succeeded
 from grader.grading import isolation
@@ -45,7 +46,7 @@ def test_a_grading_process_that_cannot_import_its_packages_is_a_grader_error(mon
 def _check_from_elsewhere(env: dict, tmp_path) -> subprocess.CompletedProcess:
     """`python -m grader check` with the interpreter that has no venv, from another folder."""
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GRADER_BACKEND": "emulator",
-           "GRADER_EMULATOR_CACHE": str(tmp_path / "cache"), **env}
+           "GRADER_EMULATOR_CACHE": str(warm_cache(tmp_path / "cache")), **env}
     return subprocess.run([str(BASE_PYTHON), "-m", "grader", "check", NAIVE, "--exercise", "naive", "--checks",
                            "compiles,correctness,races", "--seed", "3"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)

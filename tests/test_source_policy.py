@@ -247,6 +247,17 @@ def test_what_only_nvcc_would_open_is_refused(untrusted):
 
 
 @emulator_only
+@pytest.mark.skipif(build.nvcc() is None, reason="nvcc is not on PATH")
+def test_nvcc_lists_what_its_device_pass_opens(tmp_path):
+    """The files nvcc's compile opened are those of its device pass (__CUDA_ARCH__ defined), the pass whose
+    messages a student reads."""
+    header = tmp_path / "only_on_the_device.h"
+    header.write_text("#define ON_THE_DEVICE 1\n")
+    built = build.build_module(f'#ifdef __CUDA_ARCH__\n#include "{header}"\n#endif\n' + KERNEL)
+    assert built.nvcc_outside == [str(header.resolve())]
+
+
+@emulator_only
 def test_a_blank_submission_including_the_reference_scores_nothing(tmp_path):
     """What a student sees from `python -m grader check` (lab 03's blank submission earned 12/26)."""
     submission = tmp_path / "kernel.cu"

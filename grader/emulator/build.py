@@ -36,12 +36,13 @@ PYCUDA_INCLUDE_DIR = RUNTIME_DIR / "pycuda-include"   # PyCUDA's own headers, fo
 RUNTIME_SOURCES = ("runtime.cpp", "fiber.cpp", "analysis.cpp")
 RUNTIME_HEADERS = ("emu_abi.h", "cuda_emu.h", "fiber.h", "runtime.h", "analysis.h")
 RUNTIME_EXPORTS = "exports.map"          # the symbols kernels and ctypes see; the rest is local
+RUNTIME_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-U_FORTIFY_SOURCE")
 # Analysis builds: a hook before every load and store, and line numbers;
 # no scalar replacement, so that a float4 load stays one 16-byte access.
 ANALYSIS_FLAGS = ("-O1", "-gdwarf-4", "-fno-tree-sra", "-fsanitize=kernel-address", "--param", "asan-instrumentation-with-call-threshold=0",
                   "--param", "asan-globals=0", "--param", "asan-stack=0")
 SOURCE_NAME = policy.SOURCE_NAME
-NVCC_DEPENDENCIES = "kernel.d"          # the files nvcc opened (-MD)
+NVCC_DEPENDENCIES = "kernel.d"          # the files nvcc's device pass opened (its preprocessor's -MD)
 NVCC_ARCH = "sm_90"             # the H200's, which PyCUDA compiles for there unless SourceModule is given an arch
 _ARCH_OPTION = re.compile(r"^(?:-arch|--gpu-architecture)(?:=(.+))?$")
 BUILD_KEY_MARK = b"GRADER-EMU-BUILD-KEY:"
@@ -266,7 +267,7 @@ def _run(cmd: list[str], cwd: str, timeout: float = 300) -> subprocess.Completed
 
 def _runtime_key() -> str:
     sources = b"".join((RUNTIME_DIR / f).read_bytes() for f in RUNTIME_SOURCES + RUNTIME_HEADERS + (RUNTIME_EXPORTS,))
-    return _digest(sources, _compiler_id(cxx()))
+    return _digest(sources, RUNTIME_FLAGS, _compiler_id(cxx()))
 
 
 def runtime_library() -> Path:
@@ -289,8 +290,7 @@ def runtime_library() -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "libcudaemu.so"
         Path(tmp, "build_key.cpp").write_text(_key_definition(key, "emu_runtime_build_key"))
-        cmd = [cxx(), "-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-U_FORTIFY_SOURCE", "-g",
-               f"-Wl,--version-script={RUNTIME_DIR / RUNTIME_EXPORTS}",
+        cmd = [cxx(), *RUNTIME_FLAGS, f"-Wl,--version-script={RUNTIME_DIR / RUNTIME_EXPORTS}",
                *[str(RUNTIME_DIR / f) for f in RUNTIME_SOURCES], str(Path(tmp, "build_key.cpp")), "-o", str(out)]
         proc = _run(cmd, tmp)
         if proc.returncode != 0:
@@ -528,8 +528,10 @@ def _nvcc_command(tool: str, options: list[str], include_dirs: list[str]) -> lis
         elif not re.match(r"^(-code=|--cubin)", o):
             passthrough.append(o)
     return [tool, "--cubin", f"-arch={arch}", "-Xptxas", "-v", *passthrough,
-            *[f"-I{d}" for d in include_dirs], f"-I{PYCUDA_INCLUDE_DIR}", "-MD", "-MF", NVCC_DEPENDENCIES,
-            "-o", "kernel.cubin", SOURCE_NAME]
+            *[f"-I{d}" for d in include_dirs], f"-I{PYCUDA_INCLUDE_DIR}",
+            # The device pass's preprocessor lists what it opens: nvcc's own -MD preprocesses the source a
+            # second time, as a host pass would (a --cubin has none).
+            "-Xcompiler", f"-MD,-MF{NVCC_DEPENDENCIES}", "-o", "kernel.cubin", SOURCE_NAME]
 
 
 def _nvcc_outside(nvcc_dir: Path, tool: str, include_dirs: list[str]) -> list[str] | None:

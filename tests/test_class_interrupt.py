@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.course import class_grading
+from grader.course import class_autograde, class_grading
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -78,3 +78,13 @@ def test_an_interrupted_run_ends_its_attempts_and_starts_no_other(tmp_path, sign
     assert p.stdout.strip() == "interrupted", p.stdout + p.stderr
     lines = log.read_text().splitlines()
     assert sorted(lines) == ["end s0 -9", "end s1 -9", "start s0", "start s1"], lines
+
+
+def test_an_interrupted_run_says_how_to_go_on(monkeypatch, capsys):
+    """No traceback at the terminal: a line, and the exit status of a run ended by Ctrl-C."""
+    def interrupted(args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(class_autograde, "autograde_class", interrupted)
+    assert class_autograde.main(["course", "lab"]) == 130
+    assert capsys.readouterr().out == ("interrupted: what was graded is in the gradebook; the same command grades "
+                                       "the rest\n")

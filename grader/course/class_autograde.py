@@ -410,3 +410,6 @@ def main(argv: list[str]) -> int:
     except (ValueError, OSError, RuntimeError) as e:
         print(f"error: {e}")
         return 2
+    except KeyboardInterrupt:           # Ctrl-C, or kill's SIGTERM in a local run (run_local ends its attempts first)
+        print("interrupted: what was graded is in the gradebook; the same command grades the rest", flush=True)
+        return 130

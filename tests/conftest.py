@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import grader
+from grader.grading import isolation
 
 try:
     import nbgrader.api
@@ -35,7 +36,6 @@ def pytest_collection_modifyitems(items):
 def warm_cache(folder: Path) -> Path:
     """`folder` made an emulator cache that holds what every process builds first (the runtime library, its
     precompiled header, the baseline builds; no reference's build), for a test whose subject is not a first run."""
-    from grader.grading import isolation
     isolation.seed_cache(str(folder))
     return folder
 

@@ -108,7 +108,8 @@ def make_class(course: Path) -> Path:
 def _env(home: Path) -> dict:
     home.mkdir(parents=True, exist_ok=True)
     return {**os.environ, "PYTHONPATH": str(REPO), "GRADER_BACKEND": "emulator", "HOME": str(home),
-            "TMPDIR": str(home), "GRADER_EMULATOR_CACHE": str(warm_cache(home / "emulator-cache")), "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
+            "TMPDIR": str(home), "GRADER_EMULATOR_CACHE": str(warm_cache(home / "emulator-cache")),
+            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])}
 
 
 def run_grader(user: str, course: Path, command: list[str], cwd: Path) -> subprocess.CompletedProcess:

@@ -2,7 +2,8 @@
 (4 CPU workers; fake GPUs; a Slurm job array on a Slurm started here) gives,
 cell by cell, the gradebook that serial `nbgrader autograde` gives; failures are
 retried once and recorded; a killed run loses nothing and the next one
-finishes it; an unchanged submission is not graded twice.
+finishes it; an interrupted Slurm run cancels its array; an unchanged
+submission is not graded twice.
 
 The course and its submissions are made with tests/nbgrader_course.py.
 Grading a lab 1 notebook on the emulator costs about 25 CPU seconds when its
@@ -400,3 +401,38 @@ def test_failures_fake_gpus_and_a_killed_run(classes, tmp_path):
     for gpu in ("7", "3", "5"):
         spans = sorted((r["started"], r["ended"]) for r in entries.values() if r["gpu"] == gpu)
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), (gpu, spans)
+
+
+# ---- an interrupted Slurm run ------------------------------------------------------------
+def _queued(slurm) -> list[str]:
+    p = subprocess.run(["squeue", "-h", "-o", "%i %t"], env={**_env(), **slurm.env}, capture_output=True, text=True,
+                       timeout=60)
+    return p.stdout.split()
+
+
+@pytest.mark.slurm
+def test_an_interrupted_slurm_run_cancels_its_array(classes, tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group), then `kill` (SIGTERM to the run alone), while the
+    array's tasks grade: each time the array is cancelled before the run ends, and no task goes on grading
+    beside the next run's."""
+    pristine, _ = classes
+    course = _copy(pristine, tmp_path / "course", ["answers-only"])
+    _hand_in(course, "waits", _hangs)
+    with local_slurm() as slurm:
+        env = {**_env(), **slurm.env}
+        for signum, group in ((signal.SIGINT, True), (signal.SIGTERM, False)):
+            proc = subprocess.Popen([sys.executable, "-m", "grader", "autograde", str(course), LAB, "--slurm",
+                                     "--gpus", "none"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and proc.poll() is None and "R" not in _queued(slurm):
+                time.sleep(0.5)
+            assert "R" in _queued(slurm), (signum, proc.communicate()[0] + slurm.logs())
+            (os.killpg if group else os.kill)(proc.pid, signum)
+            out = proc.communicate(timeout=300)[0]
+            assert proc.returncode == 130, (signum, out)
+            assert "the array's tasks are cancelled" in out and out.rstrip().endswith(
+                "interrupted: what was graded is in the gradebook; the same command grades the rest"), (signum, out)
+            assert _queued(slurm) == [] and _marked_processes(course) == [], (signum, _queued(slurm), out)
+            ledger = course / "class-autograde" / LAB / "ledger.json"
+            assert not ledger.exists() or "waits" not in _ledger(course), out      # not recorded as its failure

@@ -31,6 +31,7 @@ also as CSV (COURSE_DIR/class-autograde/ASSIGNMENT/summary.csv unless --csv).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import hashlib
 import json
@@ -210,6 +211,19 @@ def _grade(course: Path, assignment: str, template: Path, timeout: float | None,
                       f"could not grade: {type(e).__name__}: {e}")
 
 
+@contextlib.contextmanager
+def _terminate_as_interrupt():
+    """`kill` (SIGTERM; a batch job's time limit sends it too) ends the run as Ctrl-C does."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    on_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, on_term)
+
+
 def run_local(run: Run, jobs: list[Job], workers: list[Slot], grade) -> None:
     todo: queue.Queue = queue.Queue()
     for j in jobs:
@@ -227,12 +241,10 @@ def run_local(run: Run, jobs: list[Job], workers: list[Slot], grade) -> None:
     threads = [threading.Thread(target=worker, args=(slot,), daemon=True) for slot in workers[:len(jobs)]]
     for t in threads:
         t.start()
-    on_main = threading.current_thread() is threading.main_thread()
-    if on_main:     # `kill` (SIGTERM; a batch job's time limit sends it too) ends the run as Ctrl-C does, below
-        on_term = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        for _ in jobs:
-            run.merge(*finished.get())
+        with _terminate_as_interrupt():
+            for _ in jobs:
+                run.merge(*finished.get())
     except BaseException:
         class_grading.stop_attempts()        # a worker whose attempt the kill below ends must not retry it
         while not todo.empty():
@@ -242,9 +254,6 @@ def run_local(run: Run, jobs: list[Job], workers: list[Slot], grade) -> None:
         for t in threads:           # their attempts end now: what each made goes before the process does
             t.join(timeout=60)
         raise
-    finally:
-        if on_main:
-            signal.signal(signal.SIGTERM, on_term)
 
 
 def run_slurm(run: Run, jobs: list[Job], template: Path, state: Path, args) -> None:
@@ -257,16 +266,21 @@ def run_slurm(run: Run, jobs: list[Job], template: Path, state: Path, args) -> N
                                   args.gpus != "none", args.timeout or None, args.max_parallel, args.sbatch_arg)
         print(f"sbatch: a Slurm array of {len(pending)} task(s) (round {round_}); waiting for it to end",
               flush=True)
-        while pending:
-            ended = proc.poll() is not None
-            for j in list(pending):
-                r = Result.read(Path(j.scratch))
-                if r is not None and r.key == j.key:
-                    pending.remove(j)
-                    run.merge(j, r)
-            if ended:
-                break
-            time.sleep(2)
+        try:
+            with _terminate_as_interrupt():
+                while pending:
+                    ended = proc.poll() is not None
+                    for j in list(pending):
+                        r = Result.read(Path(j.scratch))
+                        if r is not None and r.key == j.key:
+                            pending.remove(j)
+                            run.merge(j, r)
+                    if ended:
+                        break
+                    time.sleep(2)
+        except BaseException:
+            _cancel_array(proc, state / "slurm", round_)
+            raise
         if not pending:
             if proc.poll() is None:     # every task has reported: sbatch --wait polls slowly, and ends no task
                 proc.terminate()
@@ -279,6 +293,23 @@ def run_slurm(run: Run, jobs: list[Job], template: Path, state: Path, args) -> N
         now = time.time()
         run.merge(j, Result(j.student, j.key, "failed", 2, 0.0, "", now, now,
                             f"its Slurm task left no result twice (see {state / 'slurm'}/task-*.out)"))
+
+
+def _cancel_array(proc: subprocess.Popen, out_dir: Path, round_: int) -> None:
+    """The run was interrupted: its array's tasks must not go on grading (and writing) beside the next run's."""
+    job = slurm_array.job_id(out_dir, round_)
+    if job is None:                  # no id written yet: sbatch ends, before it submits or having said which
+        proc.kill()
+        proc.wait()
+        job = slurm_array.job_id(out_dir, round_)
+    if job is not None and slurm_array.cancel(job):
+        print(f"scancel {job}: the array's tasks are cancelled", flush=True)
+    elif job is not None:
+        print(f"scancel {job}: some of its tasks are still in the queue; wait until `squeue -j {job}` lists none "
+              "before running the same command again", flush=True)
+    if proc.poll() is None:
+        proc.terminate()
+    proc.wait()
 
 
 # ---- the summary -------------------------------------------------------------------------
@@ -410,6 +441,6 @@ def main(argv: list[str]) -> int:
     except (ValueError, OSError, RuntimeError) as e:
         print(f"error: {e}")
         return 2
-    except KeyboardInterrupt:           # Ctrl-C, or kill's SIGTERM in a local run (run_local ends its attempts first)
+    except KeyboardInterrupt:           # Ctrl-C or SIGTERM: run_local and run_slurm end what is under way first
         print("interrupted: what was graded is in the gradebook; the same command grades the rest", flush=True)
         return 130

@@ -1,7 +1,8 @@
 """Grading a class as a Slurm job array, for `python -m grader autograde --slurm`:
 one array task per submission (grader.course.class_grading's `main`, which writes the
 submission's result into its scratch folder), submitted with `sbatch --wait`;
-the caller merges results as their files appear and when the array ends.
+the caller merges results as their files appear and when the array ends, and
+cancels the array when it is interrupted.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import math
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -43,3 +45,24 @@ def submit(course: Path, assignment: str, jobs: list[Job], template: Path, out_d
     return subprocess.Popen(["sbatch", "--parsable", "--wait", *sbatch_args, str(script)], cwd=course,
                             stdout=open(out_dir / f"sbatch-{round_}.out", "w"),
                             stderr=open(out_dir / f"sbatch-{round_}.err", "w"), stdin=subprocess.DEVNULL)
+
+
+def job_id(out_dir: Path, round_: int) -> str | None:
+    """The array's job id, once sbatch has submitted it (`--parsable` prints ID or ID;CLUSTER)."""
+    try:
+        return (out_dir / f"sbatch-{round_}.out").read_text().strip().split(";")[0] or None
+    except OSError:
+        return None
+
+
+def cancel(job: str, wait: float = 120) -> bool:
+    """`scancel JOB`, then wait until none of its tasks is left in the queue (Slurm signals them, and kills
+    them KillWait seconds later); whether none is."""
+    subprocess.run(["scancel", job], capture_output=True, timeout=60)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        queued = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i"], capture_output=True, text=True, timeout=60)
+        if (queued.returncode == 0 and not queued.stdout.strip()) or "Invalid job id" in queued.stderr:
+            return True
+        time.sleep(1)
+    return False

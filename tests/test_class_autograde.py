@@ -16,6 +16,7 @@ minutes on two cores.
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import os
 import shutil
@@ -223,6 +224,14 @@ def test_clear_errors(tmp_path, classes):
     p = subprocess.run([sys.executable, "-m", "grader", "autograde", str(pristine), "no-such-lab"], cwd=REPO,
                        env=_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "error: no source folder" in p.stdout and p.stderr == "", p.stdout + p.stderr
+    course = _copy(pristine, tmp_path / "course", ["ref"])
+    state = course / "class-autograde" / LAB
+    state.mkdir(parents=True)
+    with open(state / "run.lock", "w") as held:              # a run of the assignment under way
+        fcntl.flock(held, fcntl.LOCK_EX)
+        p = _autograde(course)
+    assert p.returncode == 2 and p.stdout.startswith(
+        f"error: another `python -m grader autograde` of {LAB} is running on this course"), p.stdout + p.stderr
 
 
 # ---- a class -----------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import fcntl
 import hashlib
 import json
 import os
@@ -386,13 +387,31 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def autograde_class(args: argparse.Namespace) -> int:
-    from nbgrader.api import Gradebook, MissingEntry
     course = Path(args.course).resolve()
     if not course.is_dir():
         raise ValueError(f"no course folder {course}")
     cd = class_grading.course_directory(course)
     state = course / class_grading.STATE_FOLDER / args.assignment
     state.mkdir(parents=True, exist_ok=True)
+    with _the_only_run(state, args.assignment):
+        return _grade_class(args, course, cd, state)
+
+
+@contextlib.contextmanager
+def _the_only_run(state: Path, assignment: str):
+    """One run of an assignment at a time: two would grade in the same scratch folders and both write
+    gradebook.db."""
+    with open(state / "run.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"another `python -m grader autograde` of {assignment} is running on this course; "
+                             "wait until it ends") from None
+        yield
+
+
+def _grade_class(args: argparse.Namespace, course: Path, cd, state: Path) -> int:
+    from nbgrader.api import Gradebook, MissingEntry
     workers = [] if args.slurm else slots(args.gpus, args.workers)
     jobs = plan(course, args.assignment, cd, state)
     if not jobs:

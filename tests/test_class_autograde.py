@@ -422,8 +422,8 @@ def _queued(slurm) -> list[str]:
 @pytest.mark.slurm
 def test_an_interrupted_slurm_run_cancels_its_array(classes, tmp_path):
     """Ctrl-C (SIGINT to the terminal's process group), then `kill` (SIGTERM to the run alone), while the
-    array's tasks grade: each time the array is cancelled before the run ends, and no task goes on grading
-    beside the next run's."""
+    array's tasks grade: each time the array is cancelled before the run ends, and no task of it is left to
+    grade beside the next run's."""
     pristine, _ = classes
     course = _copy(pristine, tmp_path / "course", ["answers-only"])
     _hand_in(course, "waits", _hangs)

@@ -306,8 +306,8 @@ def _cancel_array(proc: subprocess.Popen, out_dir: Path, round_: int) -> None:
     if job is not None and slurm_array.cancel(job):
         print(f"scancel {job}: the array's tasks are cancelled", flush=True)
     elif job is not None:
-        print(f"scancel {job}: some of its tasks are still in the queue; wait until `squeue -j {job}` lists none "
-              "before running the same command again", flush=True)
+        print(f"scancel {job}: Slurm did not confirm that its tasks ended; wait until `squeue -j {job}` lists "
+              "none before running the same command again", flush=True)
     if proc.poll() is None:
         proc.terminate()
     proc.wait()

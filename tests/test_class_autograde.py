@@ -419,6 +419,12 @@ def _queued(slurm) -> list[str]:
     return p.stdout.split()
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """Ctrl-C's signal as a command typed at a terminal gets it, not ignored as under a background job
+    (`pytest &` passes SIGINT ignored to every process it starts, and Python leaves an ignored SIGINT so)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slurm
 def test_an_interrupted_slurm_run_cancels_its_array(classes, tmp_path):
     """Ctrl-C (SIGINT to the terminal's process group), then `kill` (SIGTERM to the run alone), while the
@@ -432,7 +438,8 @@ def test_an_interrupted_slurm_run_cancels_its_array(classes, tmp_path):
         for signum, group in ((signal.SIGINT, True), (signal.SIGTERM, False)):
             proc = subprocess.Popen([sys.executable, "-m", "grader", "autograde", str(course), LAB, "--slurm",
                                      "--gpus", "none"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                    stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                    preexec_fn=_sigint_as_at_a_terminal)
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and proc.poll() is None and "R" not in _queued(slurm):
                 time.sleep(0.5)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.platform import sandbox
+from grader.platform import sandbox, settings
 
 REPO = Path(__file__).resolve().parent.parent
 PROBE = Path(__file__).with_name("sandbox_probe.py")
@@ -102,8 +102,8 @@ def test_a_sandboxed_process_has_no_privilege(user, tmp_path):
 
 
 def test_what_student_code_and_grading_processes_must_not_see(tmp_path, monkeypatch):
-    """The answers are hidden from student code; the course layer's paths (a course's gradebook, source
-    folder, students' folders, the class state) from every sandboxed process."""
+    """The answers are hidden from student code; the reference solutions' builds and the course layer's paths
+    (a course's gradebook, source folder, students' folders, the class state) from every sandboxed process."""
     pytest.importorskip("nbgrader")
     from grader.course import gradebook
     monkeypatch.setattr(sandbox, "_protected", [])
@@ -115,9 +115,43 @@ def test_what_student_code_and_grading_processes_must_not_see(tmp_path, monkeypa
     sandbox.protect(gradebook.protected_paths(course))
     protected = {str(course / f) for f in ("labs", "submitted", "autograded", "feedback", "class-autograde",
                                            "gradebook.db")}
-    assert set(sandbox.hidden_from_grading()) == protected
+    builds = {os.path.realpath(settings.current().reference_builds)}
+    assert set(sandbox.hidden_from_grading()) == protected | builds
     answers = {str(REPO / "solutions"), str(REPO / "labs"), str(REPO / "grader" / "references")}
-    assert set(sandbox.hidden_from_student_code()) == protected | answers
+    assert set(sandbox.hidden_from_student_code()) == protected | answers | builds
+
+
+@pytest.mark.parametrize("user", ["root", "ordinary"])
+def test_the_reference_builds_are_seen_only_by_the_process_that_writes_them(user, tmp_path):
+    """The reference solutions' builds in the emulator cache (answers: a notebook run at autograde could print
+    them into its feedback) are hidden from a student's code and from a submission's grading process; the
+    references' own grading process, which writes them there, sees them."""
+    if user == "root" and os.geteuid() != 0:
+        pytest.skip("the grader is not root here")
+    _sandbox_or_fail()
+    tmp_path.chmod(0o755)
+    cache = tmp_path / "cache"           # seen in the sandbox as ~/.cache/grader-emulator is (not in a private /tmp)
+    builds = cache / "reference-builds"
+    builds.mkdir(parents=True)
+    builds.chmod(0o755)                          # anyone may read it: only the sandbox hides it
+    (builds / "kernel-reference.so").write_text("compiled answer")
+    own = tmp_path / "own"
+    own.mkdir()
+    code = ("import os, subprocess, sys\n"
+            f"os.environ['GRADER_EMULATOR_CACHE'] = {str(cache)!r}\n"
+            "from grader.platform import sandbox\n"
+            "read = [sys.executable, '-I', '-c', 'import os, sys; f = sys.argv[1]; '\n"
+            "        'print(open(f).read() if os.path.exists(f) else \"hidden\")', "
+            f"{str(builds / 'kernel-reference.so')!r}]\n"
+            f"for who, hidden, writable in (('student', sandbox.hidden_from_student_code(), [{str(own)!r}]),\n"
+            f"                              ('grading', sandbox.hidden_from_grading(), [{str(own)!r}]),\n"
+            f"                              ('reference', sandbox.hidden_from_grading(), [{str(own)!r}, {str(builds)!r}])):\n"
+            f"    p = subprocess.run(sandbox.wrap(read, writable, {str(own)!r}, hidden=hidden, readable=[{str(cache)!r}]),\n"
+            "                       capture_output=True, text=True)\n"
+            "    print(who, p.stdout.strip() or p.stderr.strip()[-300:])\n")
+    p = as_grader(user, tmp_path, code)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["student hidden", "grading hidden", "reference compiled answer"], p.stdout
 
 
 # ---- the seccomp filter ------------------------------------------------------------------------------

@@ -118,8 +118,8 @@ def reference_cache() -> str:
     """The build cache of the reference solutions' grading processes, kept between processes (a class's
     autograde, a student's self-checks after a restart compile each reference once), beside the emulator's
     runtime in the emulator's cache: written only by the grader's processes and the references' grading
-    processes (a submission's grading process, and a notebook run by autograde, write only folders of their own)."""
-    path = os.path.join(settings.current().emulator_cache, "reference-builds")
+    processes, hidden from every other sandboxed process (its builds are answers)."""
+    path = settings.current().reference_builds
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
 

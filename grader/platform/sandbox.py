@@ -19,8 +19,9 @@ function. Inside it a process has no privilege, whoever the grader runs as:
   own PID namespace). Another hard link to a hidden file is not found.
 
 `hidden_from_student_code()` and `hidden_from_grading()` say what each kind
-of process must not see (the answers, and what the course layer `protect`s:
-the course's gradebook, source folder, other students' folders).
+of process must not see (the answers, the reference solutions' builds, and
+what the course layer `protect`s: the course's gradebook, source folder,
+other students' folders). What a process may write, it sees.
 
 How the sandbox is made here is probed once per process by running Python in
 it; `description()` says what is in force, and why not where it is not.
@@ -29,6 +30,7 @@ device code natively (the emulator): see its docstring.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import json
@@ -41,7 +43,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grader.platform import COURSE_ROOT
+from grader.platform import COURSE_ROOT, settings
 
 UNPRIVILEGED = 65534                      # uid and gid of everything sandboxed ("nobody")
 HELPER = Path(__file__).with_name("namespaces.py")
@@ -65,14 +67,26 @@ def protect(paths) -> None:
 
 def hidden_from_student_code() -> list[str]:
     """What a process running a student's code (a notebook's kernel, a student's function) must not see:
-    the answers (ANSWERS) and everything protected."""
-    return _resolved(ANSWERS) + [p for p in _protected if p not in _resolved(ANSWERS)]
+    the answers (ANSWERS, the reference solutions' builds) and everything protected."""
+    answers = _resolved(ANSWERS) + _reference_builds()
+    return answers + [p for p in _protected if p not in answers]
 
 
 def hidden_from_grading() -> list[str]:
-    """What a grading process must not see: everything protected. It reads the answers itself (the
-    reference kernels it compiles and times), and runs a student's Python in a process that does not."""
-    return list(_protected)
+    """What a grading process must not see: the reference solutions' builds and everything protected. It
+    reads the answers' sources itself (the reference kernels it compiles and times), and runs a student's
+    Python in a process that does not."""
+    return _reference_builds() + [p for p in _protected if p not in _reference_builds()]
+
+
+def _reference_builds() -> list[str]:
+    """The emulator cache's folder of the reference solutions' builds (settings.reference_builds), made
+    here if missing: one made after a sandbox started would be seen in it. Only the references' own
+    grading processes, which write there, see it."""
+    path = settings.current().reference_builds
+    with contextlib.suppress(OSError):
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    return _resolved([path])
 
 
 def _resolved(paths) -> list[str]:
@@ -139,7 +153,8 @@ def plan(writable, chdir: str, hidden=(), gpu: bool = False, network: bool = Fal
             if not _under(blocking, masks):
                 masks = [m for m in masks if not _under(m, [blocking])] + [blocking]
     bound = _outermost(bound)
-    return {"writable": writable, "readable": bound, "hidden": _outermost(_resolved(hidden)), "private": temps,
+    hidden = [h for h in _outermost(_resolved(hidden)) if not _under(h, writable)]     # what it writes, it sees
+    return {"writable": writable, "readable": bound, "hidden": hidden, "private": temps,
             "masks": masks, "devices": sorted(glob.glob("/dev/nvidia*")) if gpu else [], "network": network,
             "chdir": os.path.realpath(chdir), "uid": uid, "gid": uid}
 

@@ -66,6 +66,11 @@ class Settings:
     def with_(self, **changes) -> Settings:
         return replace(self, **changes)
 
+    @property
+    def reference_builds(self) -> str:
+        """The folder of the reference solutions' builds, in the emulator cache: answers."""
+        return os.path.join(self.emulator_cache, "reference-builds")
+
     def configure_emulator(self, runtime: tuple[str, str] | None = None,
                            baselines: list[list[str]] | None = None, headers: str | None = None) -> None:
         """Hand the emulator its settings (it reads no environment itself); `runtime`, `baselines` and

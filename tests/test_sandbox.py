@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import warm_cache
 
 from grader.platform import sandbox, settings
 
@@ -154,6 +155,65 @@ def test_the_reference_builds_are_seen_only_by_the_process_that_writes_them(user
     assert p.stdout.splitlines() == ["student hidden", "grading hidden", "reference compiled answer"], p.stdout
 
 
+# A hostile student function: it reads an answer and the grader's key, and says what it found.
+PRYING = """def gflops(M, N, K, seconds):
+    found = []
+    for path in ({answer!r}, {key!r}):
+        try:
+            found.append(open(path).read()[:40])
+        except OSError as e:
+            found.append(type(e).__name__)
+    raise ValueError("FOUND " + " | ".join(found))
+"""
+# Run as the grader: the function as a notebook runs it at autograde (the sandbox of student code), then graded.
+PRY = """import os, subprocess, sys
+os.environ["HOME"] = sys.argv[3]
+os.environ["GRADER_EMULATOR_CACHE"] = sys.argv[4]
+from grader.grading.isolation import run_check
+from grader.platform import sandbox
+source = open(sys.argv[2]).read()
+work = os.environ["TMPDIR"]
+ran = subprocess.run(sandbox.wrap([sys.executable, "-I", "-c", source + "gflops(1, 1, 1, 1.0)"], [work], work,
+                                  hidden=sandbox.hidden_from_student_code()), capture_output=True, text=True)
+print("NOTEBOOK", ran.stderr.strip().splitlines()[-1])
+said = run_check("pycuda-gflops", "gflops-formula", source, seed=1).text()
+print("FUNCTION", said.count("FOUND FileNotFoundError | FileNotFoundError"), "Stage 1" in said, "PRIVATE" in said)
+"""
+
+
+@pytest.mark.parametrize("user", ["root", "ordinary"])
+def test_student_code_sees_neither_the_answers_nor_the_graders_home(user, tmp_path):
+    """Graded by root or by an ordinary user (whose sandbox reads what that user can), a student's code finds
+    neither an answer nor the grader's home folder (its keys, tokens, Jupyter's connection files): run as a
+    notebook at autograde (the sandbox of student code), and graded as a student's function (in a sandbox its
+    grading process makes inside its own)."""
+    if user == "root" and os.geteuid() != 0:
+        pytest.skip("the grader is not root here")
+    if os.geteuid() != 0:
+        pytest.skip("the home folder, outside the private /tmp, is made under /run by root")
+    _sandbox_or_fail()
+    tmp_path.chmod(0o755)
+    home = Path(tempfile.mkdtemp(prefix="grader-test-home-", dir="/run"))    # where a home is: not in /tmp
+    try:
+        key = home / ".ssh" / "id_ed25519"
+        key.parent.mkdir(mode=0o700)
+        key.write_text("PRIVATE KEY")
+        key.chmod(0o600)
+        if user == "ordinary":
+            for path in (home, key.parent, key):
+                os.chown(path, ORDINARY_UID, ORDINARY_UID)
+        function = tmp_path / "gflops.py"
+        function.write_text(PRYING.format(answer=str(REPO / "solutions" / "naive.cu"), key=str(key)))
+        (tmp_path / "pry.py").write_text(PRY)
+        p = as_grader(user, tmp_path, "import sys; exec(open(sys.argv[1]).read())", str(tmp_path / "pry.py"),
+                      str(function), str(home), str(warm_cache(tmp_path / "cache")))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.splitlines()[-2:] == ["NOTEBOOK ValueError: FOUND FileNotFoundError | FileNotFoundError",
+                                          "FUNCTION 5 False False"], p.stdout
+
+
 # ---- the seccomp filter ------------------------------------------------------------------------------
 CALLS = {
     "fork": "os.fork()",
@@ -209,8 +269,8 @@ def test_device_code_that_starts_a_process_is_stopped_and_reported(tmp_path):
 # ---- the autograde kernel -------------------------------------------------------------------------------
 def test_the_autograde_kernel_sees_no_answer_and_writes_nowhere(tmp_path):
     """nbgrader's kernel at autograde time (grader.course.preprocessors.SandboxedKernelManager): the answers,
-    the course's gradebook and every student's folder look empty; what it writes goes to a copy of its
-    folder, never into the course."""
+    the course's gradebook and every student's folder look empty, nbgrader's exchange is hidden; what it
+    writes goes to a copy of its folder, never into the course."""
     pytest.importorskip("nbgrader")
     import asyncio
 
@@ -226,9 +286,13 @@ def test_the_autograde_kernel_sees_no_answer_and_writes_nowhere(tmp_path):
     (own / "data.txt").write_text("mine to read")
     (other / "bob.ipynb").write_text("{}")
     (course / "gradebook.db").write_text("grades")
+    exchange = tmp_path / "exchange"
+    (exchange / "sgemm-lab" / "inbound").mkdir(parents=True)
     c = Config()
     c.CourseDirectory.root = str(course)
+    c.Exchange.root = str(exchange)
     protect_course(c)
+    assert str(exchange) in sandbox.hidden_from_student_code()     # every student's submissions
     probe = ("import json, os\n"
              "def attempt(f):\n    try:\n        return f()\n    except OSError as e:\n        return e.strerror\n"
              f"print(json.dumps([attempt(lambda: os.listdir({str(REPO / 'solutions')!r})), "

@@ -100,6 +100,12 @@ def nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
+def compiler_roots() -> list[str]:
+    """The installation folders of the compilers a build runs (bin/..): what a sandboxed build must see."""
+    tools = [shutil.which(cxx()), nvcc()]
+    return [str(Path(os.path.realpath(t)).parent.parent) for t in tools if t]
+
+
 def _digest(*parts) -> str:
     h = hashlib.sha256()
     for part in parts:

@@ -111,7 +111,7 @@ def set_up(plan: dict) -> None:
 
     for path in plan["private"]:
         tmpfs(path)
-    for path in plan["masks"]:            # parents the unprivileged user cannot enter (a Python under /root)
+    for path in plan["masks"]:            # the home folder, parents uid 65534 cannot enter (a Python under /root)
         tmpfs(path)
     mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "mode=0755,size=1m")
     made.append("/dev")

@@ -6,14 +6,18 @@ function. Inside it a process has no privilege, whoever the grader runs as:
   grader makes the namespaces itself and then drops to that uid for real
   (grader/platform/namespaces.py): a user namespace made by root maps the
   sandbox to kernel uid 0, the owner of all root's files and sockets. As
-  another user, bubblewrap maps uid 65534 to that user, drops every
-  capability and forbids further user namespaces;
+  another user, bubblewrap maps uid 65534 to that user (who can read what
+  that user can), drops every capability and forbids further user
+  namespaces, except to a grading process (`nested`), which makes the
+  sandbox of a student's Python itself;
 - its own mount, PID and IPC namespaces (and network, unless asked): it can
   neither see, signal nor trace a process outside; mounts are locked, so it
   can neither unmount what hides a path nor make a read-only mount writable;
 - the file system read-only but for `writable`; /tmp and /var/tmp private and
-  read-only; /dev minimal (the NVIDIA device nodes only with `gpu`), a private
-  /dev/shm;
+  read-only; the home folder of the user running the grader (keys, tokens,
+  Jupyter's connection files) empty but for what the process needs there: its
+  Python and imports, the course, its compilers; /dev minimal (the NVIDIA
+  device nodes only with `gpu`), a private /dev/shm;
 - every path in `hidden` replaced by an empty folder or file; a symbolic link
   to it leads there too (paths are resolved), and so does /proc/PID/root (its
   own PID namespace). Another hard link to a hidden file is not found.
@@ -137,38 +141,54 @@ def _interpreter_paths() -> list[str]:
     return _resolved(found)
 
 
+def _home(temps: list[str], writable: list[str]) -> list[str]:
+    """The home folder of the user running the grader (its keys, tokens, other courses), where it is one
+    to mask: not /, not in a private /tmp, not a folder the process writes."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    return [home] if os.path.isdir(home) and home != "/" and not _under(home, temps + writable) else []
+
+
+def _library_paths() -> list[str]:
+    return [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if os.path.isabs(p)]
+
+
 def plan(writable, chdir: str, hidden=(), gpu: bool = False, network: bool = False, readable=(),
-         uid: int = UNPRIVILEGED) -> dict:
+         uid: int = UNPRIVILEGED, nested: bool = False) -> dict:
     """The sandbox as data (grader/platform/namespaces.py reads it). `readable`: paths the process needs
-    besides the interpreter's; those uid cannot reach, or that lie in a private /tmp, are bound back."""
+    besides the interpreter's and its libraries'; those uid cannot reach, that lie in a private /tmp or in
+    the masked home folder, are bound back. `nested`: the process may make sandboxes of its own (a
+    grading process, for a student's Python)."""
     temps = _private_temps()
     writable = _resolved(writable)
-    masks, bound = [], []
-    for path in _resolved([*readable, *_interpreter_paths()]):
-        blocking = _blocking_parent(path, uid, uid)
-        if _under(path, temps) and not _under(path, writable):
+    home = _home(temps, writable)
+    masks, bound = list(home), []
+    for path in _resolved([*readable, *_interpreter_paths(), *_library_paths()]):
+        if _under(path, writable) or any(_under(h, [path]) for h in home):    # never the whole home (a cwd)
+            continue
+        blocking = None if _under(path, temps) else _blocking_parent(path, uid, uid)
+        if blocking is not None:
+            masks = _outermost([*masks, blocking])
+        if blocking is not None or _under(path, temps + masks):
             bound.append(path)
-        elif blocking is not None and not _under(path, writable):
-            bound.append(path)
-            if not _under(blocking, masks):
-                masks = [m for m in masks if not _under(m, [blocking])] + [blocking]
     bound = _outermost(bound)
     hidden = [h for h in _outermost(_resolved(hidden)) if not _under(h, writable)]     # what it writes, it sees
     return {"writable": writable, "readable": bound, "hidden": hidden, "private": temps,
             "masks": masks, "devices": sorted(glob.glob("/dev/nvidia*")) if gpu else [], "network": network,
-            "chdir": os.path.realpath(chdir), "uid": uid, "gid": uid}
+            "chdir": os.path.realpath(chdir), "uid": uid, "gid": uid, "nested": nested}
 
 
 def _bwrap_args(p: dict) -> list[str]:
     """bubblewrap's options for plan `p` (run as an ordinary user: its user namespace maps uid 65534 to it)."""
-    args = ["--unshare-user", "--uid", str(p["uid"]), "--gid", str(p["gid"]), "--disable-userns", "--cap-drop", "ALL",
+    args = ["--unshare-user", "--uid", str(p["uid"]), "--gid", str(p["gid"]), "--cap-drop", "ALL",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
             "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"]
+    if not p["nested"]:
+        args.append("--disable-userns")
     if not p["network"]:
         args.append("--unshare-net")
     for device in p["devices"]:
         args += ["--dev-bind", device, device]
-    made = list(p["private"])
+    made = list(p["private"]) + list(p["masks"])
     for folder in made:
         args += ["--tmpfs", folder]
     for path in p["readable"]:
@@ -217,14 +237,14 @@ def _command(p: dict, command: list[str], tool: str) -> list[str]:
 
 
 def wrap(command: list[str], writable, chdir: str, hidden=(), gpu: bool = False, network: bool = False,
-         readable=()) -> list[str]:
+         readable=(), nested: bool = False) -> list[str]:
     """`command` in a sandbox where only `writable` can be written and `hidden` cannot be seen (see the
     module's docstring); `command` as it is where no sandbox can be made (description() says why).
     Wrapped, a command killed by a signal exits with 128 + the signal's number."""
     tool, _ = mechanism()
     if tool is None:
         return list(command)
-    return _command(plan(writable, chdir, hidden, gpu, network, readable), list(command), tool)
+    return _command(plan(writable, chdir, hidden, gpu, network, readable, nested=nested), list(command), tool)
 
 
 def mechanism() -> tuple[str | None, str]:
@@ -249,13 +269,14 @@ def mechanism() -> tuple[str | None, str]:
         if ok and root:
             _state = (tool, f"namespaces made by the grader as root, then uid {UNPRIVILEGED} without capabilities "
                             "(no_new_privs, empty bounding set): read-only file system but for the process's own "
-                            "folders, the answers, the course's gradebook and other students' folders hidden, "
-                            "private /tmp and /dev, its own PID, IPC and network namespaces")
+                            "folders, the answers, the course's gradebook, other students' folders and the home folder "
+                            "hidden, private /tmp and /dev, its own PID, IPC and network namespaces")
         elif ok:
             _state = (tool, f"bubblewrap: uid {UNPRIVILEGED} in a user namespace mapped to this user, no "
-                            "capabilities, no further user namespaces, read-only file system but for the "
-                            "process's own folders, the answers, the course's gradebook and other students' "
-                            "folders hidden, private /tmp and /dev, its own PID, IPC and network namespaces")
+                            "capabilities, no further user namespaces for student code, read-only file system but "
+                            "for the process's own folders, the answers, the course's gradebook, other students' "
+                            "folders and this user's home folder hidden, private /tmp and /dev, its own PID, IPC and "
+                            "network namespaces")
         elif root:
             _state = (None, f"no sandbox: the grader runs as root and cannot make namespaces here ({why}; a "
                             "container without CAP_SYS_ADMIN?), so processes running students' code run as root")

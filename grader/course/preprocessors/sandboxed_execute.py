@@ -31,12 +31,15 @@ KERNEL_STARTS = 2
 
 def protect_course(config) -> None:
     """Hide the course nbgrader grades (and, when it grades in a scratch copy, the real course:
-    SandboxedExecute.real_course) from every sandboxed process this process starts."""
+    SandboxedExecute.real_course) and nbgrader's exchange (every student's submissions and feedback)
+    from every sandboxed process this process starts."""
     from nbgrader.coursedir import CourseDirectory  # nbgrader: the instructor's extra
+    from nbgrader.exchange.default.exchange import Exchange
     paths = gradebook.course_paths(CourseDirectory(config=config))
     real = config.get("SandboxedExecute", {}).get("real_course")
     if real:
         paths += gradebook.protected_paths(Path(real))
+    paths.append(Path(config.get("Exchange", {}).get("root") or Exchange.root.default_value))
     sandbox.protect(paths)
 
 

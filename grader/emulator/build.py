@@ -102,7 +102,7 @@ def nvcc() -> str | None:
 
 def compiler_roots() -> list[str]:
     """The installation folders of the compilers a build runs (bin/..): what a sandboxed build must see."""
-    tools = [shutil.which(cxx()), nvcc()]
+    tools = [shutil.which(cxx()), shutil.which("nvcc")]       # nvcc: PyCUDA's too, on a GPU
     return [str(Path(os.path.realpath(t)).parent.parent) for t in tools if t]
 
 

@@ -40,6 +40,7 @@ import glob
 import json
 import os
 import platform
+import pwd
 import shutil
 import stat
 import subprocess
@@ -142,10 +143,13 @@ def _interpreter_paths() -> list[str]:
 
 
 def _home(temps: list[str], writable: list[str]) -> list[str]:
-    """The home folder of the user running the grader (its keys, tokens, other courses), where it is one
-    to mask: not /, not in a private /tmp, not a folder the process writes."""
-    home = os.path.realpath(os.path.expanduser("~"))
-    return [home] if os.path.isdir(home) and home != "/" and not _under(home, temps + writable) else []
+    """The home folder of the user running the grader (its keys, tokens, other courses): $HOME's and the
+    password database's, where each is one to mask: not /, not in a private /tmp, not a folder the process
+    writes."""
+    found = [os.path.expanduser("~")]
+    with contextlib.suppress(KeyError):
+        found.append(pwd.getpwuid(os.getuid()).pw_dir)
+    return _outermost([h for h in _resolved(found) if os.path.isdir(h) and h != "/" and not _under(h, temps + writable)])
 
 
 def _library_paths() -> list[str]:

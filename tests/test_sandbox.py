@@ -177,7 +177,7 @@ ran = subprocess.run(sandbox.wrap([sys.executable, "-I", "-c", source + "gflops(
                                   hidden=sandbox.hidden_from_student_code()), capture_output=True, text=True)
 print("NOTEBOOK", ran.stderr.strip().splitlines()[-1])
 said = run_check("pycuda-gflops", "gflops-formula", source, seed=1).text()
-print("FUNCTION", said.count("FOUND FileNotFoundError | FileNotFoundError"), "Stage 1" in said, "PRIVATE" in said)
+print("FUNCTION", "FOUND FileNotFoundError | FileNotFoundError" in said, "Stage 1" in said, "PRIVATE" in said)
 """
 
 
@@ -211,7 +211,7 @@ def test_student_code_sees_neither_the_answers_nor_the_graders_home(user, tmp_pa
         shutil.rmtree(home, ignore_errors=True)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.splitlines()[-2:] == ["NOTEBOOK ValueError: FOUND FileNotFoundError | FileNotFoundError",
-                                          "FUNCTION 5 False False"], p.stdout
+                                          "FUNCTION True False False"], p.stdout
 
 
 # ---- the seccomp filter ------------------------------------------------------------------------------

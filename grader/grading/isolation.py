@@ -310,7 +310,8 @@ def _collect_held(name: str, spec, exercise: str, submission: str, seed: int, jo
         writable = [tmp, job_settings.emulator_cache]
         if job_settings.backend == "gpu" and lock.mode is None:
             writable.append(str(timing.lock_dir()))     # it takes the GPU's lock around its timed runs itself
-        readable = [job["runtime"][0], *build.compiler_roots()] + [p for p in (job["headers"], job_settings.thresholds) if p]
+        readable = [job["runtime"][0], *build.compiler_roots(),
+                    *[p for p in (job["headers"], job_settings.thresholds) if p]]
         command = sandbox.wrap(child_command(), writable, tmp, hidden=sandbox.hidden_from_grading() + list(lock.hidden),
                                gpu=job_settings.backend == "gpu", readable=readable, nested=True)
         chunks: list[bytes] = []

@@ -149,7 +149,8 @@ def _home(temps: list[str], writable: list[str]) -> list[str]:
     found = [os.path.expanduser("~")]
     with contextlib.suppress(KeyError):
         found.append(pwd.getpwuid(os.getuid()).pw_dir)
-    return _outermost([h for h in _resolved(found) if os.path.isdir(h) and h != "/" and not _under(h, temps + writable)])
+    return _outermost([h for h in _resolved(found)
+                       if os.path.isdir(h) and h != "/" and not _under(h, temps + writable)])
 
 
 def _library_paths() -> list[str]:

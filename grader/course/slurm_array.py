@@ -63,7 +63,7 @@ def cancel(job: str, wait: float = 120) -> bool:
         subprocess.run(["scancel", job], capture_output=True, timeout=wait)
         while time.monotonic() < deadline:
             queued = subprocess.run(["squeue", "-h", "-j", job, "-o", "%i"], capture_output=True, text=True,
-                                    timeout=wait)
+                                    timeout=max(0.1, deadline - time.monotonic()))
             if (queued.returncode == 0 and not queued.stdout.strip()) or "Invalid job id" in queued.stderr:
                 return True
             time.sleep(1)

@@ -81,7 +81,8 @@ def hidden_from_grading() -> list[str]:
     """What a grading process must not see: the reference solutions' builds and everything protected. It
     reads the answers' sources itself (the reference kernels it compiles and times), and runs a student's
     Python in a process that does not."""
-    return _reference_builds() + [p for p in _protected if p not in _reference_builds()]
+    builds = _reference_builds()
+    return builds + [p for p in _protected if p not in builds]
 
 
 def _reference_builds() -> list[str]:

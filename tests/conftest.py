@@ -1,6 +1,7 @@
 """Shared fixtures. Tests run on whichever backend `import grader` selects:
 the CPU emulator in CI, real PyCUDA on a GPU machine (GRADER_BACKEND=gpu)."""
 import functools
+import os
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 import grader
 from grader.grading import isolation
+from grader.platform import interpreter
 
 try:
     import nbgrader.api
@@ -19,10 +21,20 @@ else:
     nbgrader.api.get_alembic_version = functools.cache(nbgrader.api.get_alembic_version)
 
 ON_EMULATOR = grader.BACKEND.name == "emulator"
+if ON_EMULATOR:     # as the grader's own processes without a GPU (grader.platform.interpreter): hundreds start here
+    for name, value in interpreter.ONE_BLAS_THREAD.items():
+        os.environ.setdefault(name, value)
 
 emulator_only = pytest.mark.skipif(not ON_EMULATOR, reason="checks emulator-specific behaviour "
                                    "(on a GPU this kernel would hang or fault the device)")
 LONG = ("pipeline", "browser", "slurm")       # the markers of the tests that take minutes
+
+
+def pytest_xdist_auto_num_workers(config):
+    """-n auto: a worker more than the cores, as the long tests spend some of their time waiting (for a
+    browser, a Slurm, a hub) and a core would idle; PYTEST_XDIST_AUTO_NUM_WORKERS still decides where set."""
+    if not os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return len(os.sched_getaffinity(0)) + 1
 
 
 def pytest_collection_modifyitems(items):

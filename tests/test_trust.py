@@ -129,6 +129,25 @@ def test_grading_processes_get_their_settings_from_the_job_not_the_environment(m
 
 
 @emulator_only
+def test_a_grading_process_without_a_gpu_starts_no_blas_threads(monkeypatch):
+    """Its environment is made, not inherited: the one variable that keeps numpy's OpenBLAS to one thread
+    is set there, whatever this process's environment says."""
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    started, real_popen = [], subprocess.Popen
+
+    def popen(command, *args, **kw):
+        if "grader.grading.isolation" not in " ".join(command):
+            return real_popen(command, *args, **kw)
+        started.append(kw["env"])
+        raise OSError("not started")
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    result = isolation.run_check("naive", "correctness", STUB, seed=1)
+    assert result.status == "grader error" and started
+    assert all(env.get("OPENBLAS_NUM_THREADS") == "1" for env in started), started
+
+
+@emulator_only
 def test_a_sitecustomize_on_the_path_does_not_reach_grading(tmp_path, monkeypatch):
     (tmp_path / "sitecustomize.py").write_text(
         "import grader.grading.report as r\n"

@@ -208,7 +208,8 @@ class RemoteFunction:
         from_child_r, from_child_w = os.pipe()
         env = {"PATH": os.environ.get("PATH") or os.defpath, "TMPDIR": self.folder, "HOME": self.folder,
                "MPLCONFIGDIR": os.path.join(self.folder, "matplotlib"), "MPLBACKEND": "Agg",
-               "CUDA_VISIBLE_DEVICES": ""}          # no GPU: its device calls are this process's
+               "CUDA_VISIBLE_DEVICES": "",          # no GPU: its device calls are this process's
+               **interpreter.ONE_BLAS_THREAD}
         job = {"path": interpreter.import_path(), "requests": to_child_r, "answers": from_child_w,
                "emulated": self.device.emulated}
         try:

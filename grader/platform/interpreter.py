@@ -19,6 +19,13 @@ _BOOT = ("import json, site, sys\n"
          "sys.exit({function}(job))\n")
 
 
+# The grader's processes without a GPU (grading processes, a student's function, a notebook's kernel at
+# autograde) multiply only small matrices, and an OpenBLAS with threads starts them (and lets them spin) in
+# every process that imports numpy: about twice the CPU time of the import. On a GPU the threads stay, for
+# the full-size products that check every timed output.
+ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1"}
+
+
 def import_path() -> list[str]:
     """Where this process imports from: the grader's own folder first, then every absolute folder of
     sys.path, not the working folder."""

@@ -20,7 +20,7 @@ from traitlets import Unicode
 from grader.course import gradebook
 from grader.grading import isolation
 from grader.kernels import timing
-from grader.platform import sandbox, settings
+from grader.platform import interpreter, sandbox, settings
 
 _lock_paths: list[str] = []     # the GPU's lock, held for the kernel running now: hidden from it
 # jupyter_client's words for a kernel that never answered its first message, before any cell ran: its ports,
@@ -88,11 +88,13 @@ class SandboxedKernelManager(AsyncKernelManager):
                    MPLCONFIGDIR=os.path.join(private, "matplotlib"), GRADER_EMULATOR_CACHE=cache)
         if _lock_paths:                 # its own timings run under the lock held for it (shown, never graded)
             env["GRADER_GPU_LOCK_HELD"] = timing.NOTEBOOK
+        gpu = settings.current().backend != "emulator"
+        if not gpu:
+            env.update(interpreter.ONE_BLAS_THREAD)
         kw["env"] = env
         kw["cwd"] = work
         python = os.path.dirname(os.path.dirname(os.path.realpath(cmd[0])))
         imports = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if os.path.isabs(p)]
-        gpu = settings.current().backend != "emulator"
         hidden = sandbox.hidden_from_student_code() + _lock_paths
         return sandbox.wrap(kernel_limits(sandboxed=True) + cmd, [private], work, hidden=hidden,
                             gpu=gpu, network=True, readable=[python, *imports]), kw

@@ -21,9 +21,9 @@ else:
     nbgrader.api.get_alembic_version = functools.cache(nbgrader.api.get_alembic_version)
 
 ON_EMULATOR = grader.BACKEND.name == "emulator"
-if ON_EMULATOR:     # as the grader's own processes without a GPU (grader.platform.interpreter): hundreds start here
-    for name, value in interpreter.ONE_BLAS_THREAD.items():
-        os.environ.setdefault(name, value)
+# The tests' own processes (hundreds: workers, autograde runs, `python -m grader`) as the grader's.
+for _name, _value in interpreter.blas_threads(gpu=not ON_EMULATOR).items():
+    os.environ.setdefault(_name, _value)
 
 emulator_only = pytest.mark.skipif(not ON_EMULATOR, reason="checks emulator-specific behaviour "
                                    "(on a GPU this kernel would hang or fault the device)")

@@ -301,8 +301,7 @@ def _collect_held(name: str, spec, exercise: str, submission: str, seed: int, jo
         env.update(PATH=env.get("PATH") or os.defpath, TMPDIR=tmp, HOME=tmp, MPLBACKEND="Agg",
                    PYTHONWARNINGS="ignore", MPLCONFIGDIR=os.path.join(tmp, "matplotlib"),
                    **{var: os.path.join(job_settings.emulator_cache, sub) for var, sub in COMPILER_CACHES.items()})
-        if job_settings.backend != "gpu":
-            env.update(interpreter.ONE_BLAS_THREAD)
+        env.update(interpreter.blas_threads(gpu=job_settings.backend == "gpu"))
         read_fd, write_fd = os.pipe()
         job = {"exercise": exercise, "check": None if spec is None else spec.name, "submission": submission, "seed": seed,
                "settings": job_settings.with_(gpu_lock_log=None).to_dict(),      # the lock's holders log, here

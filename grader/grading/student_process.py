@@ -209,7 +209,7 @@ class RemoteFunction:
         env = {"PATH": os.environ.get("PATH") or os.defpath, "TMPDIR": self.folder, "HOME": self.folder,
                "MPLCONFIGDIR": os.path.join(self.folder, "matplotlib"), "MPLBACKEND": "Agg",
                "CUDA_VISIBLE_DEVICES": "",          # no GPU: its device calls are this process's
-               **interpreter.ONE_BLAS_THREAD}
+               **interpreter.blas_threads(gpu=False)}
         job = {"path": interpreter.import_path(), "requests": to_child_r, "answers": from_child_w,
                "emulated": self.device.emulated}
         try:

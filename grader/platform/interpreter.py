@@ -19,11 +19,13 @@ _BOOT = ("import json, site, sys\n"
          "sys.exit({function}(job))\n")
 
 
-# The grader's processes without a GPU (grading processes, a student's function, a notebook's kernel at
-# autograde) multiply only small matrices, and an OpenBLAS with threads starts them (and lets them spin) in
-# every process that imports numpy: about twice the CPU time of the import. On a GPU the threads stay, for
-# the full-size products that check every timed output.
-ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1"}
+def blas_threads(gpu: bool) -> dict[str, str]:
+    """The environment that sets numpy's BLAS threads in a process the grader starts (a grading process, a
+    student's function, a notebook's kernel at autograde). Without a GPU it multiplies only small matrices,
+    and an OpenBLAS with threads starts them (and lets them spin) in every process that imports numpy:
+    about twice the CPU time of the import. On a GPU they stay, for the full-size products that check
+    every timed output."""
+    return {} if gpu else {"OPENBLAS_NUM_THREADS": "1"}
 
 
 def import_path() -> list[str]:

@@ -89,8 +89,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         if _lock_paths:                 # its own timings run under the lock held for it (shown, never graded)
             env["GRADER_GPU_LOCK_HELD"] = timing.NOTEBOOK
         gpu = settings.current().backend != "emulator"
-        if not gpu:
-            env.update(interpreter.ONE_BLAS_THREAD)
+        env.update(interpreter.blas_threads(gpu))
         kw["env"] = env
         kw["cwd"] = work
         python = os.path.dirname(os.path.dirname(os.path.realpath(cmd[0])))
